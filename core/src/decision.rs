@@ -1,0 +1,431 @@
+//! What the scheduler decides, as plain values that serialize to the
+//! "emitted decision" JSON of the scenario format.
+
+use std::fmt;
+
+use serde_json::{Map, Value, json};
+
+/// A millisecond quantity that may be infinite: durations use `Int` and `Inf`,
+/// the retry window may also be negative or `NegInf`.
+///
+/// Finite values always lie strictly between `-2^64` and `2^64`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Num {
+    /// -infinity (the retry window when the budget is unbounded).
+    NegInf,
+    /// A finite number of milliseconds.
+    Int(i128),
+    /// +infinity (an unbounded budget, an overflowing due time).
+    Inf,
+}
+
+impl Num {
+    /// A duration where `u64::MAX` means +infinity (P-2).
+    pub fn from_ms(ms: u64) -> Num {
+        if ms == u64::MAX {
+            Num::Inf
+        } else {
+            Num::Int(i128::from(ms))
+        }
+    }
+
+    /// The JSON form used by scenario files: an integer, `"inf"` or `"-inf"`.
+    pub fn to_json(self) -> Value {
+        match self {
+            Num::NegInf => Value::from("-inf"),
+            Num::Inf => Value::from("inf"),
+            Num::Int(v) => {
+                if let Ok(u) = u64::try_from(v) {
+                    Value::from(u)
+                } else if let Ok(i) = i64::try_from(v) {
+                    Value::from(i)
+                } else {
+                    // Outside i64/u64: JSON still holds the exact integer text.
+                    serde_json::from_str(&v.to_string()).unwrap_or(Value::Null)
+                }
+            }
+        }
+    }
+
+    /// The finite value, if any.
+    pub fn finite(self) -> Option<i128> {
+        match self {
+            Num::Int(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Num {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Num::NegInf => f.write_str("-inf"),
+            Num::Inf => f.write_str("inf"),
+            Num::Int(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+macro_rules! numbers {
+    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
+        /// The numbers behind one decision (HB-44). A field is `Some` exactly
+        /// when it applies to that decision.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Numbers {
+            $( $(#[$doc])* pub $name: Option<Num>, )*
+        }
+
+        impl Numbers {
+            /// Every name a number can have, in a fixed order.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($name)),*];
+
+            /// The numbers that apply, as `(name, value)` pairs in a fixed order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, Num)> + '_ {
+                [$((stringify!($name), self.$name)),*]
+                    .into_iter()
+                    .filter_map(|(n, v)| v.map(|v| (n, v)))
+            }
+
+            /// The number called `name`, if it applies.
+            pub fn get(&self, name: &str) -> Option<Num> {
+                match name {
+                    $(stringify!($name) => self.$name,)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+numbers! {
+    /// Round trip of the attempt that produced this success, rounded up (HB-05/06).
+    rtt,
+    /// Largest rtt over this lease's schema-valid successes (HB-07, D-3).
+    max_rtt,
+    /// `max(0, remaining_ttl_ms - rtt)`; on a failure, that of the anchoring success.
+    lead_floor,
+    /// `max(request_timeout_ms, 1000, 2 x max_rtt)`.
+    attempt_budget,
+    /// `max(1000, 2 x max_rtt)`.
+    safety_margin,
+    /// `2 x attempt_budget + safety_margin`.
+    retry_reserve,
+    /// Delay from the observation to the next beat.
+    next_delay,
+    /// Current lead estimate after a failure (HB-21).
+    lead,
+    /// `lead - attempt_budget - safety_margin`, unclamped (HB-22).
+    retry_window,
+    /// Delay from the failure's observation to the same-key retry.
+    retry_delay,
+    /// Fallback lead lower bound at the observation (FB-01).
+    lead_min,
+    /// Fallback grant: difference of successive `expires_at_ms` values.
+    grant,
+    /// Fallback cadence (FB-03).
+    cadence,
+    /// Fallback cadences skipped (FB-04).
+    skips,
+}
+
+/// Why a heartbeat stopped. The strings are stable and the same in every
+/// language.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StopReason {
+    /// Two consecutive successes left no room for a positive delay (HB-33).
+    LeaseTooShort,
+    /// No complete retry plus margin fits in the proven lead (HB-22, HB-27).
+    RetryWindowExhausted,
+    /// Consecutive failures without elapsed time advancing (HB-28).
+    NoProgress,
+    /// A 429 whose Retry-After is missing, invalid or beyond the window.
+    Throttled,
+    /// `RESERVATION_EXPIRED`, or a bodyless 410.
+    Expired,
+    /// `RESERVATION_FINALIZED`.
+    Finalized,
+    /// `MAX_EXTENSIONS_EXCEEDED`.
+    MaxExtensions,
+    /// `TENANT_CLOSED`.
+    TenantClosed,
+    /// `NOT_FOUND`, or a bodyless 404.
+    NotFound,
+    /// Any other 4xx (408 included, D-8).
+    Rejected,
+    /// A 1xx or 3xx (or unknown class) status.
+    UnexpectedStatus,
+    /// The create and its one same-key retry both failed transiently.
+    CreateFailed,
+    /// A 4xx on a create (429 included, D-9).
+    CreateRejected,
+    /// The create did not yield a live reservation with an anchor.
+    NoReservation,
+    /// The caller cancelled.
+    Cancelled,
+}
+
+impl StopReason {
+    /// Every reason, in a fixed order.
+    pub const ALL: [StopReason; 15] = [
+        StopReason::LeaseTooShort,
+        StopReason::RetryWindowExhausted,
+        StopReason::NoProgress,
+        StopReason::Throttled,
+        StopReason::Expired,
+        StopReason::Finalized,
+        StopReason::MaxExtensions,
+        StopReason::TenantClosed,
+        StopReason::NotFound,
+        StopReason::Rejected,
+        StopReason::UnexpectedStatus,
+        StopReason::CreateFailed,
+        StopReason::CreateRejected,
+        StopReason::NoReservation,
+        StopReason::Cancelled,
+    ];
+
+    /// The stable string, e.g. `"retry_window_exhausted"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::LeaseTooShort => "lease_too_short",
+            StopReason::RetryWindowExhausted => "retry_window_exhausted",
+            StopReason::NoProgress => "no_progress",
+            StopReason::Throttled => "throttled",
+            StopReason::Expired => "expired",
+            StopReason::Finalized => "finalized",
+            StopReason::MaxExtensions => "max_extensions",
+            StopReason::TenantClosed => "tenant_closed",
+            StopReason::NotFound => "not_found",
+            StopReason::Rejected => "rejected",
+            StopReason::UnexpectedStatus => "unexpected_status",
+            StopReason::CreateFailed => "create_failed",
+            StopReason::CreateRejected => "create_rejected",
+            StopReason::NoReservation => "no_reservation",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
+
+    /// The reason with this stable string.
+    pub fn parse(s: &str) -> Option<StopReason> {
+        StopReason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which algorithm scheduled a decision (D-4: chosen per response).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// The response carried `remaining_ttl_ms`: the normative algorithm.
+    Primary,
+    /// The response lacked it: the non-normative measured-grant fallback.
+    Fallback,
+}
+
+impl Mode {
+    /// `"primary"` or `"fallback"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Primary => "primary",
+            Mode::Fallback => "fallback",
+        }
+    }
+}
+
+/// A warning attached to a decision. Stable strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Warning {
+    /// The fallback holds a fixed cadence because the grants look like
+    /// maximum-lead clamping; the server's extension budget will deplete.
+    ExtensionBudgetDepleting,
+}
+
+impl Warning {
+    /// `"extension_budget_depleting"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Warning::ExtensionBudgetDepleting => "extension_budget_depleting",
+        }
+    }
+}
+
+/// The request an attempt makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttemptKind {
+    /// `POST /v1/reservations`.
+    Create,
+    /// `POST /v1/reservations/{id}/extend`.
+    Extend,
+}
+
+impl AttemptKind {
+    /// `"create"` or `"extend"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptKind::Create => "create",
+            AttemptKind::Extend => "extend",
+        }
+    }
+}
+
+/// Whether an attempt reuses the previous attempt's idempotency key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyUse {
+    /// A key never used before (a new logical request, HB-35).
+    New,
+    /// Exactly the previous attempt's key and body (a retry, HB-34).
+    Same,
+}
+
+impl KeyUse {
+    /// `"new"` or `"same"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyUse::New => "new",
+            KeyUse::Same => "same",
+        }
+    }
+}
+
+/// How the outcome that led to a decision was classified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OutcomeClass {
+    /// HTTP 200 with a schema-valid body.
+    Success,
+    /// Another 2xx, or a 200 whose body is not schema-valid (HB-18).
+    Ambiguous,
+    /// A transport failure: timeout, connect error or reset.
+    TransportFailure,
+    /// A 5xx without a permanent error code.
+    ServerError,
+    /// A 429 without a permanent error code.
+    Throttled,
+    /// A permanent condition (P-3).
+    Permanent,
+    /// Any other 4xx.
+    Rejected,
+    /// A 1xx or 3xx.
+    Unexpected,
+    /// The caller cancelled.
+    Cancelled,
+}
+
+impl OutcomeClass {
+    /// A stable lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeClass::Success => "success",
+            OutcomeClass::Ambiguous => "ambiguous",
+            OutcomeClass::TransportFailure => "transport_failure",
+            OutcomeClass::ServerError => "server_error",
+            OutcomeClass::Throttled => "throttled",
+            OutcomeClass::Permanent => "permanent",
+            OutcomeClass::Rejected => "rejected",
+            OutcomeClass::Unexpected => "unexpected",
+            OutcomeClass::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What to do next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Next {
+    /// Send an attempt of this kind.
+    Send(AttemptKind),
+    /// Stop for good, for this reason.
+    Stop(StopReason),
+}
+
+/// One decision of the scheduler: the answer to an outcome or a cancel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The reservation, once a create succeeded.
+    pub reservation_id: Option<String>,
+    /// Send an attempt, or stop.
+    pub next: Next,
+    /// Due time of the next attempt in caller nanoseconds; `None` = +infinity.
+    /// Meaningless for a stop.
+    pub at_ns: Option<u64>,
+    /// New or same key, for a send.
+    pub key: Option<KeyUse>,
+    /// 1 for the first key of this lease, 2 for the next new one, ... (a send).
+    pub key_index: Option<u32>,
+    /// The algorithm that decided, where one applies.
+    pub mode: Option<Mode>,
+    /// The numbers behind the decision.
+    pub numbers: Numbers,
+    /// Warnings (only `extension_budget_depleting` exists).
+    pub warnings: Vec<Warning>,
+    /// How the deciding outcome was classified.
+    pub outcome: OutcomeClass,
+    /// A human-readable detail (e.g. the Retry-After problem, the error code).
+    pub detail: Option<String>,
+}
+
+impl Decision {
+    /// The stop reason, if this decision stops the heartbeat.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        match self.next {
+            Next::Stop(r) => Some(r),
+            Next::Send(_) => None,
+        }
+    }
+
+    /// The emitted-decision JSON object of the scenario format (without `id`
+    /// and `step`, which only a replay knows): `next`, `at` (ms), `key`,
+    /// `key_index`, `reason`, `mode`, `numbers`, `warnings`.
+    pub fn to_json(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        match self.next {
+            Next::Send(kind) => {
+                m.insert("next".into(), kind.as_str().into());
+                m.insert("at".into(), ns_to_ms_json(self.at_ns));
+                if let Some(k) = self.key {
+                    m.insert("key".into(), k.as_str().into());
+                }
+                if let Some(i) = self.key_index {
+                    m.insert("key_index".into(), i.into());
+                }
+            }
+            Next::Stop(reason) => {
+                m.insert("next".into(), "stop".into());
+                m.insert("reason".into(), reason.as_str().into());
+            }
+        }
+        if let Some(mode) = self.mode {
+            m.insert("mode".into(), mode.as_str().into());
+        }
+        let numbers: Map<String, Value> = self
+            .numbers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_json()))
+            .collect();
+        m.insert("numbers".into(), Value::Object(numbers));
+        m.insert(
+            "warnings".into(),
+            json!(self.warnings.iter().map(|w| w.as_str()).collect::<Vec<_>>()),
+        );
+        m
+    }
+}
+
+/// A nanosecond due time as scenario milliseconds: an integer when whole, else
+/// a number with up to six decimals; `"inf"` for `None`.
+pub fn ns_to_ms_json(at_ns: Option<u64>) -> Value {
+    match at_ns {
+        None => Value::from("inf"),
+        Some(ns) => {
+            if ns % 1_000_000 == 0 {
+                Value::from(ns / 1_000_000)
+            } else {
+                let text = format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000);
+                let text = text.trim_end_matches('0');
+                serde_json::from_str(text).unwrap_or(Value::Null)
+            }
+        }
+    }
+}

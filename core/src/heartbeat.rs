@@ -1,0 +1,1197 @@
+//! The per-reservation state machine.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::arith::{self, RetryAfterError};
+use crate::decision::{
+    AttemptKind, Decision, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, StopReason, Warning,
+};
+use crate::error::{Error, ErrorKind};
+use crate::keys::{KeySource, UuidV4Keys};
+use crate::schema;
+
+/// The `ttl_ms` used when the caller gives none (D-10).
+pub const DEFAULT_TTL_MS: u64 = 60_000;
+/// The smallest `ttl_ms` a create request may carry.
+pub const MIN_TTL_MS: u64 = 1_000;
+/// The largest `ttl_ms` / `extend_by_ms` the protocol allows (24 h).
+pub const MAX_TTL_MS: u64 = 86_400_000;
+/// The longest idempotency key the protocol allows.
+pub const MAX_KEY_CHARS: usize = 256;
+
+/// How a heartbeat is configured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Requested lease length: the create's `ttl_ms` and every extension's
+    /// `extend_by_ms` (HB-16, D-10). 1000..=86400000.
+    pub ttl_ms: u64,
+    /// The enforced upper bound of one complete attempt (connect, write, read,
+    /// failure detection). `None` or `u64::MAX`: unknown or unbounded, which
+    /// makes the attempt budget +infinity (HB-13).
+    pub request_timeout_ms: Option<u64>,
+    /// Further members of the create request body (`subject`, `action`,
+    /// `estimate`, ...). The core adds `idempotency_key` and `ttl_ms` itself,
+    /// so this map must not contain either.
+    pub create_request: Map<String, Value>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            ttl_ms: DEFAULT_TTL_MS,
+            request_timeout_ms: None,
+            create_request: Map::new(),
+        }
+    }
+}
+
+impl Config {
+    /// A configuration with this ttl and timeout and an empty create request.
+    pub fn new(ttl_ms: u64, request_timeout_ms: Option<u64>) -> Config {
+        Config {
+            ttl_ms,
+            request_timeout_ms,
+            create_request: Map::new(),
+        }
+    }
+
+    /// Checks the ranges; the error says which value is wrong.
+    pub fn validate(&self) -> Result<(), Error> {
+        if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&self.ttl_ms) {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "ttl_ms must be within {MIN_TTL_MS}..={MAX_TTL_MS}, got {}",
+                    self.ttl_ms
+                ),
+            ));
+        }
+        for reserved in ["idempotency_key", "ttl_ms"] {
+            if self.create_request.contains_key(reserved) {
+                return Err(Error::new(
+                    ErrorKind::InvalidConfig,
+                    format!("create_request must not contain {reserved:?}: the core sets it"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn timeout(&self) -> Option<u64> {
+        self.request_timeout_ms.filter(|t| *t != u64::MAX)
+    }
+}
+
+/// A transport failure of one attempt: no HTTP response was observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransportFailure {
+    /// The enforced per-attempt timeout fired.
+    Timeout,
+    /// The connection could not be established.
+    Connect,
+    /// The connection was reset or closed before a complete response.
+    Reset,
+}
+
+impl TransportFailure {
+    /// `"timeout"`, `"connect"` or `"reset"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportFailure::Timeout => "timeout",
+            TransportFailure::Connect => "connect",
+            TransportFailure::Reset => "reset",
+        }
+    }
+
+    /// The failure with this name.
+    pub fn parse(s: &str) -> Option<TransportFailure> {
+        match s {
+            "timeout" => Some(TransportFailure::Timeout),
+            "connect" => Some(TransportFailure::Connect),
+            "reset" => Some(TransportFailure::Reset),
+            _ => None,
+        }
+    }
+}
+
+/// Whether an attempt's round trip could be measured (HB-12, P-6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Timing {
+    /// Sent and received times are reliable monotonic readings.
+    #[default]
+    Measured,
+    /// The round trip is unknown: the success gives lead_floor 0 and
+    /// next_delay 0, and does not update max_rtt.
+    Unknown,
+}
+
+/// An HTTP response to the outstanding attempt, as raw as it arrived.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Response {
+    /// The status code, 100..=999.
+    pub status: u16,
+    /// Header name/value pairs in arrival order; repeated headers repeat.
+    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The raw body bytes (possibly empty).
+    pub body: Vec<u8>,
+    /// Whether the round trip was measured.
+    pub timing: Timing,
+}
+
+impl Response {
+    /// A response with this status, no headers and an empty body.
+    pub fn new(status: u16) -> Response {
+        Response {
+            status,
+            ..Response::default()
+        }
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Response {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sets the body.
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Response {
+        self.body = body.into();
+        self
+    }
+
+    /// Marks the round trip as unknown.
+    pub fn timing_unknown(mut self) -> Response {
+        self.timing = Timing::Unknown;
+        self
+    }
+
+    /// The `Retry-After` value in milliseconds (P-5, D-11): header names
+    /// compare case-insensitively, exactly one value is allowed.
+    pub fn retry_after_ms(&self) -> Result<u64, RetryAfterError> {
+        let values: Vec<&[u8]> = self
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"retry-after"))
+            .map(|(_, v)| v.as_slice())
+            .collect();
+        arith::parse_retry_after(&values)
+    }
+}
+
+/// One attempt the caller must send.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// Identifies this attempt in `handle_sent`, `handle_response` and
+    /// `handle_failure`; 1 for the first attempt of a heartbeat.
+    pub id: u64,
+    /// Create or extend.
+    pub kind: AttemptKind,
+    /// When to send it, in caller nanoseconds; `None` = +infinity (never).
+    pub due_ns: Option<u64>,
+    /// The idempotency key: both the `X-Idempotency-Key` header and the body's
+    /// `idempotency_key`.
+    pub key: String,
+    /// 1 for the first key of the lease, 2 for the next new one, ...
+    pub key_index: u32,
+    /// Whether the key is new or the previous attempt's.
+    pub key_use: KeyUse,
+    /// The exact JSON request body; byte-identical on a same-key retry.
+    pub body: Vec<u8>,
+    /// When the caller reported sending it.
+    pub sent_ns: Option<u64>,
+    zero_window_retry: bool,
+}
+
+impl fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Attempt")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .field("due_ns", &self.due_ns)
+            .field("key", &self.key)
+            .field("key_index", &self.key_index)
+            .field("key_use", &self.key_use)
+            .field("body", &String::from_utf8_lossy(&self.body))
+            .field("sent_ns", &self.sent_ns)
+            .finish()
+    }
+}
+
+impl Attempt {
+    /// True for the single immediate retry a zero retry window allows (HB-27).
+    pub fn is_zero_window_retry(&self) -> bool {
+        self.zero_window_retry
+    }
+}
+
+/// What the caller must do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action<'a> {
+    /// Send this attempt at `attempt.due_ns`, then call
+    /// [`Heartbeat::handle_sent`].
+    Send(&'a Attempt),
+    /// The attempt is in flight: report its outcome.
+    AwaitOutcome(&'a Attempt),
+    /// The heartbeat stopped for good.
+    Stop(StopReason),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Anchor {
+    received_ns: u64,
+    lead_floor: u64,
+    mode: Mode,
+    /// Current fallback cadence; `None` before any fallback extension success.
+    cadence: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FailureMark {
+    elapsed: u64,
+    window: Option<Num>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct GrantBook {
+    create_received_ns: u64,
+    sum_grants: i128,
+    last_expires_at: Option<u64>,
+}
+
+enum Class {
+    Success {
+        remaining: Option<u64>,
+        expires_at: Option<u64>,
+    },
+    Transient(OutcomeClass, String),
+    Throttled(Result<u64, RetryAfterError>),
+    Stop(StopReason, OutcomeClass, String),
+}
+
+/// The heartbeat of one reservation: a sans-IO state machine.
+///
+/// It starts with a create attempt. The caller sends what [`poll_action`]
+/// asks for, reports it with [`handle_sent`], then reports the outcome with
+/// [`handle_response`] or [`handle_failure`] (or ends it with [`cancel`]), each
+/// with a monotonic time in nanoseconds that never goes backwards. Each
+/// outcome yields a [`Decision`]. A call that returns an error changes
+/// nothing.
+///
+/// ```
+/// use leasebeat::{Config, Heartbeat, Response, Action, StopReason};
+/// let mut hb = Heartbeat::new(Config::new(60_000, Some(10_000))).unwrap();
+/// let Action::Send(create) = hb.poll_action() else { unreachable!() };
+/// let id = create.id;
+/// hb.handle_sent(id, 0).unwrap();
+/// let body = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:a"],"remaining_ttl_ms":61500}"#;
+/// let d = hb.handle_response(id, Response::new(200).body(&body[..]), 1_500_000_000).unwrap();
+/// assert_eq!(d.at_ns, Some(38_500_000_000)); // 37 s after receipt
+/// assert_eq!(d.numbers.next_delay, Some(leasebeat::Num::Int(37_000)));
+/// let d = hb.cancel(2_000_000_000).unwrap();
+/// assert_eq!(d.stop_reason(), Some(StopReason::Cancelled));
+/// ```
+///
+/// [`poll_action`]: Heartbeat::poll_action
+/// [`handle_sent`]: Heartbeat::handle_sent
+/// [`handle_response`]: Heartbeat::handle_response
+/// [`handle_failure`]: Heartbeat::handle_failure
+/// [`cancel`]: Heartbeat::cancel
+pub struct Heartbeat {
+    config: Config,
+    keys: Box<dyn KeySource>,
+    used_keys: HashSet<String>,
+    key_index: u32,
+    next_attempt_id: u64,
+    last_event_ns: u64,
+    attempt: Option<Attempt>,
+    stopped: Option<StopReason>,
+    reservation_id: Option<String>,
+    create_failed_once: bool,
+    max_rtt: u64,
+    anchor: Option<Anchor>,
+    last_failure: Option<FailureMark>,
+    zero_streak: u8,
+    grants: GrantBook,
+    last_decision: Option<Decision>,
+}
+
+impl fmt::Debug for Heartbeat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Heartbeat")
+            .field("reservation_id", &self.reservation_id)
+            .field("attempt", &self.attempt)
+            .field("stopped", &self.stopped)
+            .field("max_rtt", &self.max_rtt)
+            .field("anchor", &self.anchor)
+            .field("zero_streak", &self.zero_streak)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Heartbeat {
+    /// A heartbeat with random UUIDv4 keys, starting with a create attempt.
+    pub fn new(config: Config) -> Result<Heartbeat, Error> {
+        Heartbeat::with_key_source(config, Box::new(UuidV4Keys))
+    }
+
+    /// A heartbeat taking new keys from `keys` (D-12), e.g. a
+    /// [`crate::SequentialKeys`] for deterministic tests.
+    pub fn with_key_source(config: Config, keys: Box<dyn KeySource>) -> Result<Heartbeat, Error> {
+        config.validate()?;
+        let mut hb = Heartbeat {
+            config,
+            keys,
+            used_keys: HashSet::new(),
+            key_index: 0,
+            next_attempt_id: 1,
+            last_event_ns: 0,
+            attempt: None,
+            stopped: None,
+            reservation_id: None,
+            create_failed_once: false,
+            max_rtt: 0,
+            anchor: None,
+            last_failure: None,
+            zero_streak: 0,
+            grants: GrantBook::default(),
+            last_decision: None,
+        };
+        let key = hb.fresh_key()?;
+        let body = hb.create_body(&key);
+        hb.install_attempt(AttemptKind::Create, Some(0), key, KeyUse::New, body, false);
+        Ok(hb)
+    }
+
+    // ----- getters -----
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The reservation id, once a create succeeded.
+    pub fn reservation_id(&self) -> Option<&str> {
+        self.reservation_id.as_deref()
+    }
+
+    /// The stop reason, once stopped.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stopped
+    }
+
+    /// The mode of the last success, if any.
+    pub fn mode(&self) -> Option<Mode> {
+        self.anchor.map(|a| a.mode)
+    }
+
+    /// Largest rtt (ms) over this lease's schema-valid measured successes; 0
+    /// before the first.
+    pub fn max_rtt_ms(&self) -> u64 {
+        self.max_rtt
+    }
+
+    /// The most recent decision.
+    pub fn last_decision(&self) -> Option<&Decision> {
+        self.last_decision.as_ref()
+    }
+
+    /// The outstanding attempt (to send, or in flight), unless stopped.
+    pub fn attempt(&self) -> Option<&Attempt> {
+        self.attempt.as_ref()
+    }
+
+    /// The time of the latest event accepted, in nanoseconds.
+    pub fn last_event_ns(&self) -> u64 {
+        self.last_event_ns
+    }
+
+    // ----- polls -----
+
+    /// What the caller must do now.
+    pub fn poll_action(&self) -> Action<'_> {
+        match (&self.attempt, self.stopped) {
+            (_, Some(reason)) => Action::Stop(reason),
+            (Some(a), None) if a.sent_ns.is_none() => Action::Send(a),
+            (Some(a), None) => Action::AwaitOutcome(a),
+            (None, None) => Action::Stop(StopReason::Cancelled), // unreachable by construction
+        }
+    }
+
+    /// When the next attempt is due (nanoseconds), if one waits to be sent.
+    /// `None` when stopped, in flight, or due at +infinity.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        match self.poll_action() {
+            Action::Send(a) => a.due_ns,
+            _ => None,
+        }
+    }
+
+    // ----- handlers -----
+
+    /// The caller sent attempt `attempt_id` at `now_ns`. Sending later than
+    /// due (a late timer) or earlier (a stalled clock) is accepted.
+    pub fn handle_sent(&mut self, attempt_id: u64, now_ns: u64) -> Result<(), Error> {
+        self.check_live(now_ns)?;
+        let attempt = self.outstanding(attempt_id)?;
+        if attempt.sent_ns.is_some() {
+            return Err(Error::new(
+                ErrorKind::AlreadySent,
+                format!("attempt {attempt_id} was already marked sent"),
+            ));
+        }
+        self.last_event_ns = now_ns;
+        if let Some(a) = self.attempt.as_mut() {
+            a.sent_ns = Some(now_ns);
+        }
+        Ok(())
+    }
+
+    /// The HTTP response to attempt `attempt_id`, observed at `now_ns` (after
+    /// its complete body was received).
+    pub fn handle_response(
+        &mut self,
+        attempt_id: u64,
+        response: Response,
+        now_ns: u64,
+    ) -> Result<Decision, Error> {
+        if !(100..=999).contains(&response.status) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("HTTP status must be within 100..=999, got {}", response.status),
+            ));
+        }
+        self.check_outcome(attempt_id, now_ns)?;
+        let attempt = self.attempt.as_ref().expect("checked outstanding");
+        let sent_ns = attempt.sent_ns.expect("checked sent");
+        let rtt = match response.timing {
+            Timing::Measured => Some(arith::ceil_ms(now_ns - sent_ns)),
+            Timing::Unknown => None,
+        };
+        match attempt.kind {
+            AttemptKind::Create => self.on_create_response(&response, rtt, now_ns),
+            AttemptKind::Extend => {
+                let class = classify_extend(&response);
+                self.on_extend_outcome(class, rtt, now_ns)
+            }
+        }
+    }
+
+    /// A transport failure of attempt `attempt_id`, observed at `now_ns`.
+    pub fn handle_failure(
+        &mut self,
+        attempt_id: u64,
+        failure: TransportFailure,
+        now_ns: u64,
+    ) -> Result<Decision, Error> {
+        self.check_outcome(attempt_id, now_ns)?;
+        let detail = format!("transport failure: {}", failure.as_str());
+        let outcome = OutcomeClass::TransportFailure;
+        match self.attempt.as_ref().expect("checked outstanding").kind {
+            AttemptKind::Create => {
+                self.last_event_ns = now_ns;
+                Ok(self.on_create_transient(outcome, now_ns, detail))
+            }
+            AttemptKind::Extend => {
+                self.on_extend_outcome(Class::Transient(outcome, detail), None, now_ns)
+            }
+        }
+    }
+
+    /// The caller ends the heartbeat at `now_ns`: stop `cancelled`.
+    pub fn cancel(&mut self, now_ns: u64) -> Result<Decision, Error> {
+        self.check_live(now_ns)?;
+        self.last_event_ns = now_ns;
+        Ok(self.stop(
+            StopReason::Cancelled,
+            OutcomeClass::Cancelled,
+            self.anchor.map(|a| a.mode),
+            Numbers::default(),
+            Some("cancelled by the caller".into()),
+        ))
+    }
+
+    // ----- internals -----
+
+    fn check_live(&self, now_ns: u64) -> Result<(), Error> {
+        if let Some(reason) = self.stopped {
+            return Err(Error::new(
+                ErrorKind::Stopped,
+                format!("the heartbeat has stopped ({reason}); a stop is final"),
+            ));
+        }
+        if now_ns < self.last_event_ns {
+            return Err(Error::new(
+                ErrorKind::TimeWentBackwards,
+                format!(
+                    "time went backwards: {now_ns} ns is before the previous event at {} ns",
+                    self.last_event_ns
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn outstanding(&self, attempt_id: u64) -> Result<&Attempt, Error> {
+        match &self.attempt {
+            Some(a) if a.id == attempt_id => Ok(a),
+            Some(a) => Err(Error::new(
+                ErrorKind::NotOutstanding,
+                format!(
+                    "attempt {attempt_id} is not the outstanding attempt (that is attempt {})",
+                    a.id
+                ),
+            )),
+            None => Err(Error::new(
+                ErrorKind::NotOutstanding,
+                format!("attempt {attempt_id} is not outstanding"),
+            )),
+        }
+    }
+
+    fn check_outcome(&self, attempt_id: u64, now_ns: u64) -> Result<(), Error> {
+        self.check_live(now_ns)?;
+        let attempt = self.outstanding(attempt_id)?;
+        if attempt.sent_ns.is_none() {
+            return Err(Error::new(
+                ErrorKind::NotSent,
+                format!("attempt {attempt_id} was never marked sent; call handle_sent first"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A new key, validated but not yet recorded as used.
+    fn fresh_key(&mut self) -> Result<String, Error> {
+        let key = self.keys.next_key();
+        let chars = key.chars().count();
+        if chars == 0 || chars > MAX_KEY_CHARS {
+            return Err(Error::new(
+                ErrorKind::InvalidKey,
+                format!("the key source returned a key of {chars} characters (must be 1..={MAX_KEY_CHARS})"),
+            ));
+        }
+        if self.used_keys.contains(&key) {
+            return Err(Error::new(
+                ErrorKind::InvalidKey,
+                format!("the key source returned {key:?}, which this lease already used"),
+            ));
+        }
+        Ok(key)
+    }
+
+    fn create_body(&self, key: &str) -> Vec<u8> {
+        let mut body = self.config.create_request.clone();
+        body.insert("idempotency_key".into(), Value::from(key));
+        body.insert("ttl_ms".into(), Value::from(self.config.ttl_ms));
+        serde_json::to_vec(&body).expect("a JSON map always serializes")
+    }
+
+    fn extend_body(&self, key: &str) -> Vec<u8> {
+        let mut body = Map::new();
+        body.insert("idempotency_key".into(), Value::from(key));
+        body.insert("extend_by_ms".into(), Value::from(self.config.ttl_ms));
+        serde_json::to_vec(&body).expect("a JSON map always serializes")
+    }
+
+    fn install_attempt(
+        &mut self,
+        kind: AttemptKind,
+        due_ns: Option<u64>,
+        key: String,
+        key_use: KeyUse,
+        body: Vec<u8>,
+        zero_window_retry: bool,
+    ) -> &Attempt {
+        if key_use == KeyUse::New {
+            self.key_index = self.key_index.saturating_add(1);
+            self.used_keys.insert(key.clone());
+        }
+        let id = self.next_attempt_id;
+        self.next_attempt_id = self.next_attempt_id.saturating_add(1);
+        self.attempt.insert(Attempt {
+            id,
+            kind,
+            due_ns,
+            key,
+            key_index: self.key_index,
+            key_use,
+            body,
+            sent_ns: None,
+            zero_window_retry,
+        })
+    }
+
+    fn retry_same(&mut self, due_ns: Option<u64>, zero_window_retry: bool) -> (u32, AttemptKind) {
+        let prev = self.attempt.take().expect("a failed attempt is outstanding");
+        let kind = prev.kind;
+        let id = self.next_attempt_id;
+        self.next_attempt_id = self.next_attempt_id.saturating_add(1);
+        let key_index = prev.key_index;
+        self.attempt = Some(Attempt {
+            id,
+            kind,
+            due_ns,
+            key: prev.key,
+            key_index,
+            key_use: KeyUse::Same,
+            body: prev.body,
+            sent_ns: None,
+            zero_window_retry,
+        });
+        (key_index, kind)
+    }
+
+    fn record(&mut self, d: Decision) -> Decision {
+        self.last_decision = Some(d.clone());
+        d
+    }
+
+    fn stop(
+        &mut self,
+        reason: StopReason,
+        outcome: OutcomeClass,
+        mode: Option<Mode>,
+        numbers: Numbers,
+        detail: Option<String>,
+    ) -> Decision {
+        self.stopped = Some(reason);
+        self.attempt = None;
+        let d = Decision {
+            reservation_id: self.reservation_id.clone(),
+            next: Next::Stop(reason),
+            at_ns: None,
+            key: None,
+            key_index: None,
+            mode,
+            numbers,
+            warnings: Vec::new(),
+            outcome,
+            detail,
+        };
+        self.record(d)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_decision(
+        &mut self,
+        kind: AttemptKind,
+        due_ns: Option<u64>,
+        key_use: KeyUse,
+        key_index: u32,
+        mode: Option<Mode>,
+        numbers: Numbers,
+        warnings: Vec<Warning>,
+        outcome: OutcomeClass,
+        detail: Option<String>,
+    ) -> Decision {
+        let d = Decision {
+            reservation_id: self.reservation_id.clone(),
+            next: Next::Send(kind),
+            at_ns: due_ns,
+            key: Some(key_use),
+            key_index: Some(key_index),
+            mode,
+            numbers,
+            warnings,
+            outcome,
+            detail,
+        };
+        self.record(d)
+    }
+
+    // ----- create -----
+
+    fn on_create_response(
+        &mut self,
+        response: &Response,
+        rtt: Option<u64>,
+        now_ns: u64,
+    ) -> Result<Decision, Error> {
+        let status = response.status;
+        match status {
+            200 => match schema::create_response(&response.body) {
+                Ok(body) => {
+                    let no_reservation = if body.decision == "DENY" {
+                        Some("the create was denied (decision DENY)".to_owned())
+                    } else if body.reservation_id.is_none() {
+                        Some("the create returned no reservation_id (a dry run?)".to_owned())
+                    } else if body.remaining_ttl_ms.is_none() && body.expires_at_ms.is_none() {
+                        Some("the create returned neither remaining_ttl_ms nor expires_at_ms".to_owned())
+                    } else {
+                        None
+                    };
+                    if let Some(detail) = no_reservation {
+                        self.last_event_ns = now_ns;
+                        return Ok(self.stop(
+                            StopReason::NoReservation,
+                            OutcomeClass::Success,
+                            None,
+                            Numbers::default(),
+                            Some(detail),
+                        ));
+                    }
+                    let key = self.fresh_key()?;
+                    self.last_event_ns = now_ns;
+                    self.reservation_id = body.reservation_id;
+                    self.grants = GrantBook {
+                        create_received_ns: now_ns,
+                        sum_grants: 0,
+                        last_expires_at: body.expires_at_ms,
+                    };
+                    Ok(self.on_success(key, body.remaining_ttl_ms, None, rtt, now_ns))
+                }
+                Err(why) => {
+                    self.last_event_ns = now_ns;
+                    Ok(self.on_create_transient(
+                        OutcomeClass::Ambiguous,
+                        now_ns,
+                        format!("ambiguous 200: {why}"),
+                    ))
+                }
+            },
+            200..=299 => {
+                self.last_event_ns = now_ns;
+                Ok(self.on_create_transient(
+                    OutcomeClass::Ambiguous,
+                    now_ns,
+                    format!("ambiguous {status}: only 200 with a valid body is a success"),
+                ))
+            }
+            500..=599 => {
+                self.last_event_ns = now_ns;
+                Ok(self.on_create_transient(
+                    OutcomeClass::ServerError,
+                    now_ns,
+                    format!("server error {status}"),
+                ))
+            }
+            400..=499 => {
+                self.last_event_ns = now_ns;
+                let code = schema::error_code(&response.body)
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default();
+                Ok(self.stop(
+                    StopReason::CreateRejected,
+                    OutcomeClass::Rejected,
+                    None,
+                    Numbers::default(),
+                    Some(format!("the create was rejected with {status}{code}")),
+                ))
+            }
+            _ => {
+                self.last_event_ns = now_ns;
+                Ok(self.stop(
+                    StopReason::UnexpectedStatus,
+                    OutcomeClass::Unexpected,
+                    None,
+                    Numbers::default(),
+                    Some(format!("unexpected status {status} on the create")),
+                ))
+            }
+        }
+    }
+
+    fn on_create_transient(&mut self, outcome: OutcomeClass, now_ns: u64, detail: String) -> Decision {
+        if self.create_failed_once {
+            return self.stop(
+                StopReason::CreateFailed,
+                outcome,
+                None,
+                Numbers::default(),
+                Some(format!("the create retry failed too: {detail}")),
+            );
+        }
+        self.create_failed_once = true;
+        let (key_index, kind) = self.retry_same(Some(now_ns), false);
+        self.send_decision(
+            kind,
+            Some(now_ns),
+            KeyUse::Same,
+            key_index,
+            None,
+            Numbers::default(),
+            Vec::new(),
+            outcome,
+            Some(format!("{detail}; one immediate same-key create retry")),
+        )
+    }
+
+    // ----- success (create or extend) -----
+
+    /// A schema-valid success observed at `now_ns`. `grant` is `None` for the
+    /// create (which contributes 0) and the measured grant for an extension.
+    fn on_success(
+        &mut self,
+        new_key: String,
+        remaining: Option<u64>,
+        grant: Option<i128>,
+        rtt: Option<u64>,
+        now_ns: u64,
+    ) -> Decision {
+        if let Some(r) = rtt {
+            self.max_rtt = self.max_rtt.max(r);
+        }
+        let previous = self.anchor;
+        self.last_failure = None;
+        let mut numbers = Numbers {
+            rtt: rtt.map(Num::from_ms),
+            max_rtt: Some(Num::from_ms(self.max_rtt)),
+            ..Numbers::default()
+        };
+        let mut warnings = Vec::new();
+        let (mode, delay, lead_floor, cadence) = match remaining {
+            Some(remaining) => {
+                let s = arith::primary_schedule(
+                    remaining,
+                    rtt,
+                    self.config.timeout(),
+                    self.max_rtt,
+                );
+                numbers.lead_floor = Some(Num::from_ms(s.lead_floor));
+                numbers.attempt_budget = Some(Num::from_ms(s.attempt_budget));
+                numbers.safety_margin = Some(Num::from_ms(s.safety_margin));
+                numbers.retry_reserve = Some(Num::from_ms(s.retry_reserve));
+                numbers.next_delay = Some(Num::from_ms(s.next_delay));
+                // HB-33 / D-13: only primary successes count toward the streak.
+                if s.next_delay == 0 {
+                    self.zero_streak = self.zero_streak.saturating_add(1);
+                } else {
+                    self.zero_streak = 0;
+                }
+                (Mode::Primary, s.next_delay, s.lead_floor, previous.and_then(|a| a.cadence))
+            }
+            None => {
+                let lead_min = self.lead_min(now_ns);
+                numbers.lead_min = Some(Num::Int(lead_min));
+                match grant {
+                    // FB-02: the first beat right after the create.
+                    None => {
+                        numbers.next_delay = Some(Num::Int(0));
+                        (Mode::Fallback, 0, 0, None)
+                    }
+                    Some(grant) => {
+                        let since_previous = previous
+                            .map(|a| arith::ceil_ms(now_ns - a.received_ns))
+                            .unwrap_or(0);
+                        let c = arith::fallback_cadence(grant, since_previous, self.config.ttl_ms);
+                        let skips = arith::fallback_skips(lead_min, grant, c.cadence);
+                        let delay = c.cadence.saturating_mul(skips.saturating_add(1));
+                        numbers.grant = Some(Num::Int(grant));
+                        numbers.cadence = Some(Num::from_ms(c.cadence));
+                        numbers.skips = Some(Num::from_ms(skips));
+                        numbers.next_delay = Some(Num::from_ms(delay));
+                        if c.hold {
+                            warnings.push(Warning::ExtensionBudgetDepleting);
+                        }
+                        // D-13: a positive-delay success in either mode resets.
+                        if delay > 0 {
+                            self.zero_streak = 0;
+                        }
+                        (Mode::Fallback, delay, 0, Some(c.cadence))
+                    }
+                }
+            }
+        };
+        self.anchor = Some(Anchor {
+            received_ns: now_ns,
+            lead_floor,
+            mode,
+            cadence,
+        });
+        if mode == Mode::Primary && self.zero_streak >= 2 {
+            return self.stop(
+                StopReason::LeaseTooShort,
+                OutcomeClass::Success,
+                Some(mode),
+                numbers,
+                Some("two consecutive successes gave next_delay 0: the lease is shorter than its retry-safety budget".into()),
+            );
+        }
+        let due = arith::due_after(now_ns, delay);
+        let body = self.extend_body(&new_key);
+        self.attempt = None;
+        let key_index = self
+            .install_attempt(AttemptKind::Extend, due, new_key, KeyUse::New, body, false)
+            .key_index;
+        self.send_decision(
+            AttemptKind::Extend,
+            due,
+            KeyUse::New,
+            key_index,
+            Some(mode),
+            numbers,
+            warnings,
+            OutcomeClass::Success,
+            None,
+        )
+    }
+
+    /// FB-01: sum of grants minus the rounded-up elapsed time since the create
+    /// receipt.
+    fn lead_min(&self, now_ns: u64) -> i128 {
+        let elapsed = arith::ceil_ms(now_ns.saturating_sub(self.grants.create_received_ns));
+        self.grants.sum_grants.saturating_sub(i128::from(elapsed))
+    }
+
+    // ----- extend outcomes -----
+
+    fn on_extend_outcome(
+        &mut self,
+        class: Class,
+        rtt: Option<u64>,
+        now_ns: u64,
+    ) -> Result<Decision, Error> {
+        let anchor = self.anchor.expect("an extension follows a successful create");
+        match class {
+            Class::Success {
+                remaining,
+                expires_at,
+            } => {
+                let key = self.fresh_key()?;
+                self.last_event_ns = now_ns;
+                let expires_at = expires_at.expect("extend bodies carry expires_at_ms");
+                let grant = match self.grants.last_expires_at {
+                    Some(prev) => i128::from(expires_at) - i128::from(prev),
+                    None => 0,
+                };
+                self.grants.sum_grants = self.grants.sum_grants.saturating_add(grant);
+                self.grants.last_expires_at = Some(expires_at);
+                Ok(self.on_success(key, remaining, Some(grant), rtt, now_ns))
+            }
+            Class::Stop(reason, outcome, detail) => {
+                self.last_event_ns = now_ns;
+                Ok(self.stop(reason, outcome, Some(anchor.mode), Numbers::default(), Some(detail)))
+            }
+            Class::Transient(outcome, detail) => {
+                self.last_event_ns = now_ns;
+                Ok(self.on_extend_failure(anchor, outcome, None, detail, now_ns))
+            }
+            Class::Throttled(retry_after) => {
+                self.last_event_ns = now_ns;
+                let detail = match retry_after {
+                    Ok(ms) => format!("429 with Retry-After {ms} ms"),
+                    Err(e) => format!("429 with Retry-After {}", e.as_str()),
+                };
+                Ok(self.on_extend_failure(anchor, OutcomeClass::Throttled, Some(retry_after), detail, now_ns))
+            }
+        }
+    }
+
+    /// Checks 2-6 of the single check order (D-5) after a transient failure.
+    fn on_extend_failure(
+        &mut self,
+        anchor: Anchor,
+        outcome: OutcomeClass,
+        throttle: Option<Result<u64, RetryAfterError>>,
+        detail: String,
+        now_ns: u64,
+    ) -> Decision {
+        let was_zero_window_retry = self
+            .attempt
+            .as_ref()
+            .is_some_and(|a| a.zero_window_retry);
+        let elapsed = arith::ceil_ms(now_ns - anchor.received_ns);
+        let mode = Some(anchor.mode);
+        let mut numbers = Numbers::default();
+        let window = match anchor.mode {
+            Mode::Primary => {
+                let budget = arith::attempt_budget(self.config.timeout(), self.max_rtt);
+                let margin = arith::safety_margin(self.max_rtt);
+                let r = arith::retry_window(anchor.lead_floor, elapsed, budget, margin);
+                numbers.max_rtt = Some(Num::from_ms(self.max_rtt));
+                numbers.lead_floor = Some(Num::from_ms(anchor.lead_floor));
+                numbers.lead = Some(Num::from_ms(r.lead));
+                numbers.attempt_budget = Some(Num::from_ms(budget));
+                numbers.safety_margin = Some(Num::from_ms(margin));
+                numbers.retry_window = Some(r.window);
+                Some(r)
+            }
+            Mode::Fallback => {
+                numbers.lead_min = Some(Num::Int(self.lead_min(now_ns)));
+                None
+            }
+        };
+        // Check 2 (HB-27): the zero-window retry failed too.
+        if was_zero_window_retry {
+            return self.stop(
+                StopReason::RetryWindowExhausted,
+                outcome,
+                mode,
+                numbers,
+                Some(format!("{detail}; the single zero-window retry failed")),
+            );
+        }
+        // Check 3: no complete retry plus margin fits.
+        if let Some(r) = window {
+            if r.delay.is_none() {
+                return self.stop(
+                    StopReason::RetryWindowExhausted,
+                    outcome,
+                    mode,
+                    numbers,
+                    Some(format!("{detail}; retry window {} < 0", r.window)),
+                );
+            }
+        }
+        // Check 4 (HB-28, D-6, P-4): a consecutive failure must show progress.
+        let mark = FailureMark {
+            elapsed,
+            window: window.map(|r| r.window),
+        };
+        if let Some(prev) = self.last_failure {
+            let advanced = elapsed > prev.elapsed;
+            let shrank = match (mark.window, prev.window) {
+                (Some(now), Some(before)) => now < before,
+                _ => false,
+            };
+            if !advanced && !shrank {
+                return self.stop(
+                    StopReason::NoProgress,
+                    outcome,
+                    mode,
+                    numbers,
+                    Some(format!(
+                        "{detail}; elapsed {elapsed} ms did not advance since the previous failure"
+                    )),
+                );
+            }
+        }
+        self.last_failure = Some(mark);
+        let (delay, zero_window) = match window {
+            Some(r) => {
+                let delay = match throttle {
+                    // Check 5: honour Retry-After only inside the window.
+                    Some(Ok(ms)) if Num::Int(i128::from(ms)) <= r.window => ms,
+                    Some(Ok(ms)) => {
+                        return self.stop(
+                            StopReason::Throttled,
+                            outcome,
+                            mode,
+                            numbers,
+                            Some(format!(
+                                "Retry-After {ms} ms exceeds the retry window {}",
+                                r.window
+                            )),
+                        );
+                    }
+                    Some(Err(e)) => {
+                        return self.stop(
+                            StopReason::Throttled,
+                            outcome,
+                            mode,
+                            numbers,
+                            Some(format!("429 without a usable Retry-After ({})", e.as_str())),
+                        );
+                    }
+                    // Check 6.
+                    None => r.delay.expect("window >= 0 here"),
+                };
+                (delay, r.window == Num::Int(0))
+            }
+            None => {
+                let cadence = anchor
+                    .cadence
+                    .unwrap_or_else(|| arith::hold_cadence(self.config.ttl_ms));
+                numbers.cadence = Some(Num::from_ms(cadence));
+                let delay = match throttle {
+                    Some(Ok(ms)) => cadence.max(ms),
+                    Some(Err(e)) => {
+                        return self.stop(
+                            StopReason::Throttled,
+                            outcome,
+                            mode,
+                            numbers,
+                            Some(format!("429 without a usable Retry-After ({})", e.as_str())),
+                        );
+                    }
+                    None => cadence,
+                };
+                (delay, false)
+            }
+        };
+        numbers.retry_delay = Some(Num::from_ms(delay));
+        let due = arith::due_after(now_ns, delay);
+        let (key_index, kind) = self.retry_same(due, zero_window);
+        self.send_decision(
+            kind,
+            due,
+            KeyUse::Same,
+            key_index,
+            mode,
+            numbers,
+            Vec::new(),
+            outcome,
+            Some(detail),
+        )
+    }
+}
+
+/// Classifies an extend response (HB-18, P-3), first match wins.
+fn classify_extend(response: &Response) -> Class {
+    let status = response.status;
+    if (200..=299).contains(&status) {
+        if status == 200 {
+            return match schema::extend_response(&response.body) {
+                Ok(b) => Class::Success {
+                    remaining: b.remaining_ttl_ms,
+                    expires_at: Some(b.expires_at_ms),
+                },
+                Err(why) => Class::Transient(OutcomeClass::Ambiguous, format!("ambiguous 200: {why}")),
+            };
+        }
+        return Class::Transient(
+            OutcomeClass::Ambiguous,
+            format!("ambiguous {status}: only 200 with a valid body is a success"),
+        );
+    }
+    let code = schema::error_code(&response.body);
+    if let Some(reason) = code.as_deref().and_then(permanent_reason) {
+        return Class::Stop(
+            reason,
+            OutcomeClass::Permanent,
+            format!("{status} {}: the reservation is gone", code.as_deref().unwrap_or("")),
+        );
+    }
+    match status {
+        500..=599 => Class::Transient(OutcomeClass::ServerError, format!("server error {status}")),
+        429 => Class::Throttled(response.retry_after_ms()),
+        404 if code.is_none() => Class::Stop(
+            StopReason::NotFound,
+            OutcomeClass::Permanent,
+            "404 without a usable error body".into(),
+        ),
+        410 if code.is_none() => Class::Stop(
+            StopReason::Expired,
+            OutcomeClass::Permanent,
+            "410 without a usable error body".into(),
+        ),
+        400..=499 => Class::Stop(
+            StopReason::Rejected,
+            OutcomeClass::Rejected,
+            format!(
+                "rejected with {status}{}",
+                code.map(|c| format!(" ({c})")).unwrap_or_default()
+            ),
+        ),
+        _ => Class::Stop(
+            StopReason::UnexpectedStatus,
+            OutcomeClass::Unexpected,
+            format!("unexpected status {status}"),
+        ),
+    }
+}
+
+/// The stop reason for one of the five permanent error codes.
+pub fn permanent_reason(code: &str) -> Option<StopReason> {
+    match code {
+        "RESERVATION_EXPIRED" => Some(StopReason::Expired),
+        "RESERVATION_FINALIZED" => Some(StopReason::Finalized),
+        "MAX_EXTENSIONS_EXCEEDED" => Some(StopReason::MaxExtensions),
+        "TENANT_CLOSED" => Some(StopReason::TenantClosed),
+        "NOT_FOUND" => Some(StopReason::NotFound),
+        _ => None,
+    }
+}

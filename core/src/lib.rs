@@ -1,0 +1,65 @@
+//! # leasebeat
+//!
+//! The one audited lease-heartbeat scheduler for Cycles reservations.
+//!
+//! A Cycles reservation holds budget or action authority until a
+//! server-authoritative expiry; long work keeps it alive with
+//! `POST /v1/reservations/{id}/extend`. This crate decides *when* to extend,
+//! when to retry with the same idempotency key, and when to stop, exactly as
+//! the protocol's HEARTBEAT GUIDANCE prescribes. It is sans-IO: it never reads
+//! a clock, opens a socket or spawns a thread. The caller feeds it monotonic
+//! nanosecond timestamps and raw HTTP outcomes; it answers with the next
+//! [`Action`] and a [`Decision`] carrying the numbers behind it.
+//!
+//! * [`Heartbeat`] is the per-reservation state machine.
+//! * [`arith`] holds the arithmetic alone, as pure functions.
+//! * [`schema`] holds the response checks (HB-18, P-1).
+//! * [`scenario`] reads and replays the shared scenario vectors.
+//!
+//! ## Decisions on points the protocol leaves open
+//!
+//! The rule ids (HB-, FB-, D-, P-) are those of the project's contract
+//! (`shared/design/heartbeat.md`). Where that contract is silent, this crate
+//! decides as follows:
+//!
+//! * A permanent error code (P-3) stops the heartbeat under *any* non-2xx
+//!   status, 1xx and 3xx included; a 2xx is always success or ambiguous first.
+//! * HTTP statuses outside 100..=999 are refused as an invalid argument; a
+//!   well-formed status outside the 1xx..5xx classes stops with
+//!   `unexpected_status`.
+//! * A retry counts as the single zero-window retry (HB-27) exactly when the
+//!   window it was scheduled from was 0, whether the failure was a 429 or not.
+//! * Fallback cadences halve with a floor (`grant / 2`, `ttl / 2`); the
+//!   threshold comparisons (0.9, 0.75, 1.25, 1.5) are exact integer
+//!   cross-multiplications.
+//! * A fallback extension success whose predecessor carried no `expires_at_ms`
+//!   (a primary create that sent only `remaining_ttl_ms`) measures a grant of 0.
+//! * `ttl_ms` must lie in 1000..=86400000 (the create request's range), and
+//!   the configured `create_request` may not set `idempotency_key` or `ttl_ms`.
+//! * Cancel, and every other event, after a stop is refused with
+//!   [`ErrorKind::Stopped`]: a stop is final.
+//! * Transport failures and non-success responses carry no timing (P-6);
+//!   their observation time alone matters.
+//! * Request bodies serialize with members in lexicographic order, e.g.
+//!   `{"extend_by_ms":60000,"idempotency_key":"..."}`.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod arith;
+mod decision;
+mod error;
+mod heartbeat;
+mod keys;
+pub mod scenario;
+pub mod schema;
+
+pub use decision::{
+    AttemptKind, Decision, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, StopReason, Warning,
+    ns_to_ms_json,
+};
+pub use error::{Error, ErrorKind};
+pub use heartbeat::{
+    Action, Attempt, Config, DEFAULT_TTL_MS, Heartbeat, MAX_KEY_CHARS, MAX_TTL_MS, MIN_TTL_MS,
+    Response, Timing, TransportFailure, permanent_reason,
+};
+pub use keys::{KeySource, SequentialKeys, UuidV4Keys};

@@ -1,0 +1,475 @@
+//! The shared scenario vectors: parsing and replay through the public API.
+//!
+//! The format is specified in the project's contract (`heartbeat.md`,
+//! "Scenario vectors"). Every binding has its own replay in its own language;
+//! this one serves the Rust tests and `leasebeat replay`.
+//!
+//! The replay checks more than the core claims about itself: it remembers
+//! every key and body it was asked to send, so `"key": "new"` is verified as
+//! "never used before" and `"key": "same"` as "exactly the previous attempt's
+//! key, with a byte-identical body".
+
+use std::collections::HashSet;
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::decision::{AttemptKind, Decision};
+use crate::heartbeat::{Action, Config, Heartbeat, Response, TransportFailure};
+use crate::keys::SequentialKeys;
+use crate::{Num, ns_to_ms_json};
+
+/// One scenario file.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// The scenario id (the file stem by convention).
+    pub id: String,
+    /// What it shows.
+    pub about: String,
+    /// The heartbeat configuration.
+    pub config: Config,
+    /// The steps, in time order.
+    pub steps: Vec<Step>,
+}
+
+/// One step of a scenario.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// The step's time in nanoseconds (`round(ms x 1000) x 1000`).
+    pub at_ns: u64,
+    /// What happens.
+    pub event: Event,
+    /// What the decision after it must look like (fields absent are not checked).
+    pub expect: Option<Map<String, Value>>,
+}
+
+/// What happens at a step.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// The caller sends the attempt the core asked for.
+    Send(AttemptKind),
+    /// The outstanding attempt's response arrives.
+    Recv(Response),
+    /// The outstanding attempt fails in transport.
+    Fail(TransportFailure),
+    /// The caller cancels.
+    Cancel,
+}
+
+/// Why a scenario file cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FormatError(pub String);
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FormatError {}
+
+fn bad<T>(msg: impl Into<String>) -> Result<T, FormatError> {
+    Err(FormatError(msg.into()))
+}
+
+/// Scenario milliseconds (integer, or up to 3 decimals) to nanoseconds.
+pub fn ms_to_ns(v: &Value) -> Result<u64, FormatError> {
+    let n = match v {
+        Value::Number(n) => n,
+        _ => return bad(format!("time {v} is not a number")),
+    };
+    if let Some(u) = n.as_u64() {
+        return u
+            .checked_mul(1_000_000)
+            .ok_or_else(|| FormatError(format!("time {u} ms overflows u64 nanoseconds")));
+    }
+    match n.as_f64() {
+        Some(f) if f.is_finite() && f >= 0.0 => {
+            let micros = (f * 1000.0).round();
+            if micros >= (u64::MAX / 1000) as f64 {
+                return bad(format!("time {f} ms overflows u64 nanoseconds"));
+            }
+            Ok(micros as u64 * 1000)
+        }
+        _ => bad(format!("time {v} must be a non-negative number of ms")),
+    }
+}
+
+fn only_keys(o: &Map<String, Value>, what: &str, allowed: &[&str]) -> Result<(), FormatError> {
+    for k in o.keys() {
+        if !allowed.contains(&k.as_str()) {
+            return bad(format!("{what} has an unknown field {k:?}"));
+        }
+    }
+    Ok(())
+}
+
+fn opt_u64(v: Option<&Value>, what: &str) -> Result<Option<u64>, FormatError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| FormatError(format!("{what} must be a non-negative integer or null"))),
+    }
+}
+
+/// Parses one scenario file's text.
+pub fn parse(text: &str) -> Result<Scenario, FormatError> {
+    let v: Value = serde_json::from_str(text).map_err(|e| FormatError(format!("invalid JSON: {e}")))?;
+    let o = v
+        .as_object()
+        .ok_or_else(|| FormatError("a scenario is a JSON object".into()))?;
+    only_keys(o, "scenario", &["id", "about", "config", "steps"])?;
+    let id = o
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| FormatError("missing string \"id\"".into()))?
+        .to_owned();
+    let about = o.get("about").and_then(Value::as_str).unwrap_or("").to_owned();
+    let cfg = o
+        .get("config")
+        .and_then(Value::as_object)
+        .ok_or_else(|| FormatError("missing object \"config\"".into()))?;
+    only_keys(cfg, "config", &["ttl_ms", "request_timeout_ms"])?;
+    let mut config = Config::default();
+    if let Some(ttl) = opt_u64(cfg.get("ttl_ms"), "config.ttl_ms")? {
+        config.ttl_ms = ttl;
+    }
+    config.request_timeout_ms = opt_u64(cfg.get("request_timeout_ms"), "config.request_timeout_ms")?;
+    let steps_v = o
+        .get("steps")
+        .and_then(Value::as_array)
+        .ok_or_else(|| FormatError("missing array \"steps\"".into()))?;
+    let mut steps = Vec::with_capacity(steps_v.len());
+    for (i, s) in steps_v.iter().enumerate() {
+        steps.push(parse_step(s).map_err(|e| FormatError(format!("step {i}: {e}")))?);
+    }
+    Ok(Scenario {
+        id,
+        about,
+        config,
+        steps,
+    })
+}
+
+fn parse_step(v: &Value) -> Result<Step, FormatError> {
+    let o = v
+        .as_object()
+        .ok_or_else(|| FormatError("a step is a JSON object".into()))?;
+    only_keys(o, "step", &["at", "send", "recv", "fail", "cancel", "expect"])?;
+    let at_ns = ms_to_ns(o.get("at").ok_or_else(|| FormatError("missing \"at\"".into()))?)?;
+    let mut events = Vec::new();
+    if let Some(s) = o.get("send") {
+        events.push(match s.as_str() {
+            Some("create") => Event::Send(AttemptKind::Create),
+            Some("extend") => Event::Send(AttemptKind::Extend),
+            _ => return bad(format!("send must be \"create\" or \"extend\", got {s}")),
+        });
+    }
+    if let Some(r) = o.get("recv") {
+        events.push(Event::Recv(parse_recv(r)?));
+    }
+    if let Some(f) = o.get("fail") {
+        let failure = f
+            .as_str()
+            .and_then(TransportFailure::parse)
+            .ok_or_else(|| FormatError(format!("fail must be timeout, connect or reset, got {f}")))?;
+        events.push(Event::Fail(failure));
+    }
+    if let Some(c) = o.get("cancel") {
+        if c != &Value::Bool(true) {
+            return bad("cancel must be true");
+        }
+        events.push(Event::Cancel);
+    }
+    if events.len() != 1 {
+        return bad("a step has exactly one of send, recv, fail, cancel");
+    }
+    let event = events.pop().expect("one event");
+    let expect = match o.get("expect") {
+        None => None,
+        Some(Value::Object(e)) => {
+            if matches!(event, Event::Send(_)) {
+                return bad("a send step has no expect");
+            }
+            check_expect_shape(e)?;
+            Some(e.clone())
+        }
+        Some(_) => return bad("expect must be an object"),
+    };
+    Ok(Step {
+        at_ns,
+        event,
+        expect,
+    })
+}
+
+fn parse_recv(v: &Value) -> Result<Response, FormatError> {
+    let o = v
+        .as_object()
+        .ok_or_else(|| FormatError("recv must be an object".into()))?;
+    only_keys(o, "recv", &["status", "headers", "body", "raw", "timing"])?;
+    let status = o
+        .get("status")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok())
+        .ok_or_else(|| FormatError("recv.status must be an integer status code".into()))?;
+    let mut response = Response::new(status);
+    match o.get("headers") {
+        None => {}
+        Some(Value::Object(h)) => {
+            for (name, value) in h {
+                match value {
+                    Value::String(s) => response.headers.push((name.clone().into(), s.clone().into())),
+                    Value::Array(items) => {
+                        for item in items {
+                            let s = item.as_str().ok_or_else(|| {
+                                FormatError(format!("header {name:?} values must be strings"))
+                            })?;
+                            response.headers.push((name.clone().into(), s.to_owned().into()));
+                        }
+                    }
+                    _ => return bad(format!("header {name:?} must be a string or a list of strings")),
+                }
+            }
+        }
+        Some(_) => return bad("recv.headers must be an object"),
+    }
+    match (o.get("body"), o.get("raw")) {
+        (Some(_), Some(_)) => return bad("recv has both body and raw"),
+        (Some(b), None) => {
+            response.body = serde_json::to_vec(b).expect("a JSON value always serializes")
+        }
+        (None, Some(Value::String(r))) => response.body = r.clone().into_bytes(),
+        (None, Some(_)) => return bad("recv.raw must be a string"),
+        (None, None) => {}
+    }
+    match o.get("timing") {
+        None => {}
+        Some(Value::String(t)) if t == "unknown" => response = response.timing_unknown(),
+        Some(t) => return bad(format!("recv.timing must be \"unknown\", got {t}")),
+    }
+    Ok(response)
+}
+
+const EXPECT_FIELDS: &[&str] = &[
+    "id", "step", "next", "at", "key", "key_index", "reason", "mode", "numbers", "warnings",
+];
+
+fn check_expect_shape(e: &Map<String, Value>) -> Result<(), FormatError> {
+    only_keys(e, "expect", EXPECT_FIELDS)?;
+    if let Some(n) = e.get("numbers") {
+        let n = n
+            .as_object()
+            .ok_or_else(|| FormatError("expect.numbers must be an object".into()))?;
+        for (k, v) in n {
+            if !crate::Numbers::NAMES.contains(&k.as_str()) {
+                return bad(format!("expect.numbers has an unknown number {k:?}"));
+            }
+            expected_num(v).map_err(|e| FormatError(format!("expect.numbers.{k}: {e}")))?;
+        }
+    }
+    if let Some(at) = e.get("at") {
+        if at != "inf" {
+            ms_to_ns(at)?;
+        }
+    }
+    Ok(())
+}
+
+/// An expected number: a JSON integer, `"inf"` or `"-inf"`.
+fn expected_num(v: &Value) -> Result<Num, FormatError> {
+    match v {
+        Value::String(s) if s == "inf" => Ok(Num::Inf),
+        Value::String(s) if s == "-inf" => Ok(Num::NegInf),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                Ok(Num::Int(i128::from(u)))
+            } else if let Some(i) = n.as_i64() {
+                Ok(Num::Int(i128::from(i)))
+            } else {
+                bad(format!("{v} is not an exact integer"))
+            }
+        }
+        _ => bad(format!("{v} must be an integer, \"inf\" or \"-inf\"")),
+    }
+}
+
+/// The first difference between an expectation and what happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The step index.
+    pub step: usize,
+    /// The field that differs (e.g. `numbers.next_delay`).
+    pub field: String,
+    /// What the scenario expected.
+    pub expected: String,
+    /// What the replay got.
+    pub got: String,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "step {}: {}: expected {}, got {}",
+            self.step, self.field, self.expected, self.got
+        )
+    }
+}
+
+/// What a replay produced.
+#[derive(Clone, Debug, Default)]
+pub struct Replay {
+    /// Every decision as an emitted-decision JSON object (with `id` and `step`).
+    pub decisions: Vec<Map<String, Value>>,
+    /// The first mismatch, if any (the replay stops there).
+    pub mismatch: Option<Mismatch>,
+}
+
+/// Replays a scenario through [`Heartbeat`] with deterministic keys and
+/// checks every expectation; the replay stops at the first mismatch.
+pub fn replay(s: &Scenario) -> Replay {
+    replay_with(s, true)
+}
+
+/// Replays a scenario; with `check` false, expectations are ignored and only
+/// errors of the core (or an action that does not match a step) stop it.
+pub fn replay_with(s: &Scenario, check: bool) -> Replay {
+    let mut out = Replay::default();
+    if let Err(m) = run(s, check, &mut out) {
+        out.mismatch = Some(m);
+    }
+    out
+}
+
+fn mismatch(step: usize, field: &str, expected: impl fmt::Display, got: impl fmt::Display) -> Mismatch {
+    Mismatch {
+        step,
+        field: field.to_owned(),
+        expected: expected.to_string(),
+        got: got.to_string(),
+    }
+}
+
+fn run(s: &Scenario, check: bool, out: &mut Replay) -> Result<(), Mismatch> {
+    let mut hb = Heartbeat::with_key_source(s.config.clone(), Box::new(SequentialKeys::new("key-")))
+        .map_err(|e| mismatch(0, "config", "a valid configuration", e))?;
+    let mut used_keys: HashSet<String> = HashSet::new();
+    // (key, body) of the attempt sent last.
+    let mut current: Option<(String, Vec<u8>)> = None;
+    for (i, step) in s.steps.iter().enumerate() {
+        let decision: Decision = match &step.event {
+            Event::Send(kind) => {
+                let attempt = match hb.poll_action() {
+                    Action::Send(a) => a.clone(),
+                    Action::AwaitOutcome(a) => {
+                        return Err(mismatch(i, "send", format!("send {}", kind.as_str()), format!("attempt {} still in flight", a.id)));
+                    }
+                    Action::Stop(r) => {
+                        return Err(mismatch(i, "send", format!("send {}", kind.as_str()), format!("stopped ({r})")));
+                    }
+                };
+                if attempt.kind != *kind {
+                    return Err(mismatch(i, "send", kind.as_str(), attempt.kind.as_str()));
+                }
+                hb.handle_sent(attempt.id, step.at_ns)
+                    .map_err(|e| mismatch(i, "send", "accepted", e))?;
+                current = Some((attempt.key.clone(), attempt.body.clone()));
+                used_keys.insert(attempt.key.clone());
+                continue;
+            }
+            Event::Recv(response) => {
+                let id = outstanding(&hb, i)?;
+                hb.handle_response(id, response.clone(), step.at_ns)
+                    .map_err(|e| mismatch(i, "recv", "accepted", e))?
+            }
+            Event::Fail(failure) => {
+                let id = outstanding(&hb, i)?;
+                hb.handle_failure(id, *failure, step.at_ns)
+                    .map_err(|e| mismatch(i, "fail", "accepted", e))?
+            }
+            Event::Cancel => hb.cancel(step.at_ns).map_err(|e| mismatch(i, "cancel", "accepted", e))?,
+        };
+        let mut emitted = Map::new();
+        emitted.insert("id".into(), Value::from(s.id.clone()));
+        emitted.insert("step".into(), Value::from(i));
+        emitted.extend(decision.to_json());
+        // The harness's own check of S-4: what the key claim means in bytes.
+        if let (Some(attempt), Some(claim)) = (hb.attempt(), decision.key) {
+            let last = current.as_ref();
+            let ok = match claim {
+                crate::KeyUse::New => !used_keys.contains(&attempt.key),
+                crate::KeyUse::Same => {
+                    last.is_some_and(|(k, b)| *k == attempt.key && *b == attempt.body)
+                }
+            };
+            if !ok {
+                return Err(mismatch(i, "key", format!("{} key really {}", claim.as_str(), claim.as_str()), format!("{:?}", attempt.key)));
+            }
+        }
+        out.decisions.push(emitted.clone());
+        if let Some(expect) = step.expect.as_ref().filter(|_| check) {
+            compare(i, expect, &decision, &emitted)?;
+        }
+    }
+    Ok(())
+}
+
+fn outstanding(hb: &Heartbeat, step: usize) -> Result<u64, Mismatch> {
+    match hb.poll_action() {
+        Action::AwaitOutcome(a) => Ok(a.id),
+        Action::Send(a) => Err(mismatch(step, "outcome", "an attempt in flight", format!("attempt {} not yet sent", a.id))),
+        Action::Stop(r) => Err(mismatch(step, "outcome", "an attempt in flight", format!("stopped ({r})"))),
+    }
+}
+
+fn compare(
+    step: usize,
+    expect: &Map<String, Value>,
+    decision: &Decision,
+    emitted: &Map<String, Value>,
+) -> Result<(), Mismatch> {
+    for (field, want) in expect {
+        match field.as_str() {
+            "at" => {
+                let want_ns = if want == "inf" { None } else { Some(ms_to_ns(want).expect("checked")) };
+                let got = match decision.next {
+                    crate::Next::Send(_) => decision.at_ns,
+                    crate::Next::Stop(_) => {
+                        return Err(mismatch(step, "at", want, "absent (a stop)"));
+                    }
+                };
+                if got != want_ns {
+                    return Err(mismatch(step, "at", want, ns_to_ms_json(got)));
+                }
+            }
+            "numbers" => {
+                let want = want.as_object().expect("checked");
+                for (name, v) in want {
+                    let w = expected_num(v).expect("checked");
+                    match decision.numbers.get(name) {
+                        Some(g) if g == w => {}
+                        Some(g) => return Err(mismatch(step, &format!("numbers.{name}"), w, g)),
+                        None => return Err(mismatch(step, &format!("numbers.{name}"), w, "absent")),
+                    }
+                }
+            }
+            "warnings" => {
+                let got = emitted.get("warnings").cloned().unwrap_or(Value::Array(vec![]));
+                if &got != want {
+                    return Err(mismatch(step, "warnings", want, got));
+                }
+            }
+            other => {
+                let got = emitted.get(other).cloned().unwrap_or(Value::Null);
+                if &got != want {
+                    let got = if got.is_null() { "absent".to_owned() } else { got.to_string() };
+                    return Err(mismatch(step, other, want, got));
+                }
+            }
+        }
+    }
+    Ok(())
+}
