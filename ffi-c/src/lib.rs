@@ -1,0 +1,1 @@
+//! C ABI of leasebeat (work in progress).

@@ -1,0 +1,1 @@
+//! JNI library of leasebeat (work in progress).

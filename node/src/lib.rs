@@ -1,0 +1,1 @@
+//! Node.js addon of leasebeat (work in progress).

@@ -1,0 +1,1 @@
+//! Python extension of leasebeat (work in progress).
