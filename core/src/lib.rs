@@ -52,6 +52,7 @@ mod heartbeat;
 mod keys;
 pub mod scenario;
 pub mod schema;
+pub mod sim;
 
 pub use decision::{
     AttemptKind, Decision, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, StopReason, Warning,
