@@ -393,7 +393,11 @@ mod tests {
                             k += 1;
                         }
                     }
-                    assert_eq!(fallback_skips(lead, grant, cadence), k, "{lead} {grant} {cadence}");
+                    assert_eq!(
+                        fallback_skips(lead, grant, cadence),
+                        k,
+                        "{lead} {grant} {cadence}"
+                    );
                 }
             }
         }

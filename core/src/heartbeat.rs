@@ -460,7 +460,10 @@ impl Heartbeat {
         if !(100..=999).contains(&response.status) {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
-                format!("HTTP status must be within 100..=999, got {}", response.status),
+                format!(
+                    "HTTP status must be within 100..=999, got {}",
+                    response.status
+                ),
             ));
         }
         self.check_outcome(attempt_id, now_ns)?;
@@ -570,7 +573,9 @@ impl Heartbeat {
         if chars == 0 || chars > MAX_KEY_CHARS {
             return Err(Error::new(
                 ErrorKind::InvalidKey,
-                format!("the key source returned a key of {chars} characters (must be 1..={MAX_KEY_CHARS})"),
+                format!(
+                    "the key source returned a key of {chars} characters (must be 1..={MAX_KEY_CHARS})"
+                ),
             ));
         }
         if self.used_keys.contains(&key) {
@@ -625,7 +630,10 @@ impl Heartbeat {
     }
 
     fn retry_same(&mut self, due_ns: Option<u64>, zero_window_retry: bool) -> (u32, AttemptKind) {
-        let prev = self.attempt.take().expect("a failed attempt is outstanding");
+        let prev = self
+            .attempt
+            .take()
+            .expect("a failed attempt is outstanding");
         let kind = prev.kind;
         let id = self.next_attempt_id;
         self.next_attempt_id = self.next_attempt_id.saturating_add(1);
@@ -719,7 +727,10 @@ impl Heartbeat {
                     } else if body.reservation_id.is_none() {
                         Some("the create returned no reservation_id (a dry run?)".to_owned())
                     } else if body.remaining_ttl_ms.is_none() && body.expires_at_ms.is_none() {
-                        Some("the create returned neither remaining_ttl_ms nor expires_at_ms".to_owned())
+                        Some(
+                            "the create returned neither remaining_ttl_ms nor expires_at_ms"
+                                .to_owned(),
+                        )
                     } else {
                         None
                     };
@@ -794,7 +805,12 @@ impl Heartbeat {
         }
     }
 
-    fn on_create_transient(&mut self, outcome: OutcomeClass, now_ns: u64, detail: String) -> Decision {
+    fn on_create_transient(
+        &mut self,
+        outcome: OutcomeClass,
+        now_ns: u64,
+        detail: String,
+    ) -> Decision {
         if self.create_failed_once {
             return self.stop(
                 StopReason::CreateFailed,
@@ -844,12 +860,8 @@ impl Heartbeat {
         let mut warnings = Vec::new();
         let (mode, delay, lead_floor, cadence) = match remaining {
             Some(remaining) => {
-                let s = arith::primary_schedule(
-                    remaining,
-                    rtt,
-                    self.config.timeout(),
-                    self.max_rtt,
-                );
+                let s =
+                    arith::primary_schedule(remaining, rtt, self.config.timeout(), self.max_rtt);
                 numbers.lead_floor = Some(Num::from_ms(s.lead_floor));
                 numbers.attempt_budget = Some(Num::from_ms(s.attempt_budget));
                 numbers.safety_margin = Some(Num::from_ms(s.safety_margin));
@@ -861,7 +873,12 @@ impl Heartbeat {
                 } else {
                     self.zero_streak = 0;
                 }
-                (Mode::Primary, s.next_delay, s.lead_floor, previous.and_then(|a| a.cadence))
+                (
+                    Mode::Primary,
+                    s.next_delay,
+                    s.lead_floor,
+                    previous.and_then(|a| a.cadence),
+                )
             }
             None => {
                 let lead_min = self.lead_min(now_ns);
@@ -944,7 +961,9 @@ impl Heartbeat {
         rtt: Option<u64>,
         now_ns: u64,
     ) -> Result<Decision, Error> {
-        let anchor = self.anchor.expect("an extension follows a successful create");
+        let anchor = self
+            .anchor
+            .expect("an extension follows a successful create");
         match class {
             Class::Success {
                 remaining,
@@ -963,7 +982,13 @@ impl Heartbeat {
             }
             Class::Stop(reason, outcome, detail) => {
                 self.last_event_ns = now_ns;
-                Ok(self.stop(reason, outcome, Some(anchor.mode), Numbers::default(), Some(detail)))
+                Ok(self.stop(
+                    reason,
+                    outcome,
+                    Some(anchor.mode),
+                    Numbers::default(),
+                    Some(detail),
+                ))
             }
             Class::Transient(outcome, detail) => {
                 self.last_event_ns = now_ns;
@@ -975,7 +1000,13 @@ impl Heartbeat {
                     Ok(ms) => format!("429 with Retry-After {ms} ms"),
                     Err(e) => format!("429 with Retry-After {}", e.as_str()),
                 };
-                Ok(self.on_extend_failure(anchor, OutcomeClass::Throttled, Some(retry_after), detail, now_ns))
+                Ok(self.on_extend_failure(
+                    anchor,
+                    OutcomeClass::Throttled,
+                    Some(retry_after),
+                    detail,
+                    now_ns,
+                ))
             }
         }
     }
@@ -989,10 +1020,7 @@ impl Heartbeat {
         detail: String,
         now_ns: u64,
     ) -> Decision {
-        let was_zero_window_retry = self
-            .attempt
-            .as_ref()
-            .is_some_and(|a| a.zero_window_retry);
+        let was_zero_window_retry = self.attempt.as_ref().is_some_and(|a| a.zero_window_retry);
         let elapsed = arith::ceil_ms(now_ns - anchor.received_ns);
         let mode = Some(anchor.mode);
         let mut numbers = Numbers::default();
@@ -1139,7 +1167,9 @@ fn classify_extend(response: &Response) -> Class {
                     remaining: b.remaining_ttl_ms,
                     expires_at: Some(b.expires_at_ms),
                 },
-                Err(why) => Class::Transient(OutcomeClass::Ambiguous, format!("ambiguous 200: {why}")),
+                Err(why) => {
+                    Class::Transient(OutcomeClass::Ambiguous, format!("ambiguous 200: {why}"))
+                }
             };
         }
         return Class::Transient(
@@ -1152,7 +1182,10 @@ fn classify_extend(response: &Response) -> Class {
         return Class::Stop(
             reason,
             OutcomeClass::Permanent,
-            format!("{status} {}: the reservation is gone", code.as_deref().unwrap_or("")),
+            format!(
+                "{status} {}: the reservation is gone",
+                code.as_deref().unwrap_or("")
+            ),
         );
     }
     match status {

@@ -116,7 +116,8 @@ fn opt_u64(v: Option<&Value>, what: &str) -> Result<Option<u64>, FormatError> {
 
 /// Parses one scenario file's text.
 pub fn parse(text: &str) -> Result<Scenario, FormatError> {
-    let v: Value = serde_json::from_str(text).map_err(|e| FormatError(format!("invalid JSON: {e}")))?;
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| FormatError(format!("invalid JSON: {e}")))?;
     let o = v
         .as_object()
         .ok_or_else(|| FormatError("a scenario is a JSON object".into()))?;
@@ -126,7 +127,11 @@ pub fn parse(text: &str) -> Result<Scenario, FormatError> {
         .and_then(Value::as_str)
         .ok_or_else(|| FormatError("missing string \"id\"".into()))?
         .to_owned();
-    let about = o.get("about").and_then(Value::as_str).unwrap_or("").to_owned();
+    let about = o
+        .get("about")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
     let cfg = o
         .get("config")
         .and_then(Value::as_object)
@@ -136,7 +141,8 @@ pub fn parse(text: &str) -> Result<Scenario, FormatError> {
     if let Some(ttl) = opt_u64(cfg.get("ttl_ms"), "config.ttl_ms")? {
         config.ttl_ms = ttl;
     }
-    config.request_timeout_ms = opt_u64(cfg.get("request_timeout_ms"), "config.request_timeout_ms")?;
+    config.request_timeout_ms =
+        opt_u64(cfg.get("request_timeout_ms"), "config.request_timeout_ms")?;
     let steps_v = o
         .get("steps")
         .and_then(Value::as_array)
@@ -157,8 +163,15 @@ fn parse_step(v: &Value) -> Result<Step, FormatError> {
     let o = v
         .as_object()
         .ok_or_else(|| FormatError("a step is a JSON object".into()))?;
-    only_keys(o, "step", &["at", "send", "recv", "fail", "cancel", "expect"])?;
-    let at_ns = ms_to_ns(o.get("at").ok_or_else(|| FormatError("missing \"at\"".into()))?)?;
+    only_keys(
+        o,
+        "step",
+        &["at", "send", "recv", "fail", "cancel", "expect"],
+    )?;
+    let at_ns = ms_to_ns(
+        o.get("at")
+            .ok_or_else(|| FormatError("missing \"at\"".into()))?,
+    )?;
     let mut events = Vec::new();
     if let Some(s) = o.get("send") {
         events.push(match s.as_str() {
@@ -174,7 +187,9 @@ fn parse_step(v: &Value) -> Result<Step, FormatError> {
         let failure = f
             .as_str()
             .and_then(TransportFailure::parse)
-            .ok_or_else(|| FormatError(format!("fail must be timeout, connect or reset, got {f}")))?;
+            .ok_or_else(|| {
+                FormatError(format!("fail must be timeout, connect or reset, got {f}"))
+            })?;
         events.push(Event::Fail(failure));
     }
     if let Some(c) = o.get("cancel") {
@@ -221,16 +236,24 @@ fn parse_recv(v: &Value) -> Result<Response, FormatError> {
         Some(Value::Object(h)) => {
             for (name, value) in h {
                 match value {
-                    Value::String(s) => response.headers.push((name.clone().into(), s.clone().into())),
+                    Value::String(s) => response
+                        .headers
+                        .push((name.clone().into(), s.clone().into())),
                     Value::Array(items) => {
                         for item in items {
                             let s = item.as_str().ok_or_else(|| {
                                 FormatError(format!("header {name:?} values must be strings"))
                             })?;
-                            response.headers.push((name.clone().into(), s.to_owned().into()));
+                            response
+                                .headers
+                                .push((name.clone().into(), s.to_owned().into()));
                         }
                     }
-                    _ => return bad(format!("header {name:?} must be a string or a list of strings")),
+                    _ => {
+                        return bad(format!(
+                            "header {name:?} must be a string or a list of strings"
+                        ));
+                    }
                 }
             }
         }
@@ -254,7 +277,16 @@ fn parse_recv(v: &Value) -> Result<Response, FormatError> {
 }
 
 const EXPECT_FIELDS: &[&str] = &[
-    "id", "step", "next", "at", "key", "key_index", "reason", "mode", "numbers", "warnings",
+    "id",
+    "step",
+    "next",
+    "at",
+    "key",
+    "key_index",
+    "reason",
+    "mode",
+    "numbers",
+    "warnings",
 ];
 
 fn check_expect_shape(e: &Map<String, Value>) -> Result<(), FormatError> {
@@ -344,7 +376,12 @@ pub fn replay_with(s: &Scenario, check: bool) -> Replay {
     out
 }
 
-fn mismatch(step: usize, field: &str, expected: impl fmt::Display, got: impl fmt::Display) -> Mismatch {
+fn mismatch(
+    step: usize,
+    field: &str,
+    expected: impl fmt::Display,
+    got: impl fmt::Display,
+) -> Mismatch {
     Mismatch {
         step,
         field: field.to_owned(),
@@ -354,8 +391,9 @@ fn mismatch(step: usize, field: &str, expected: impl fmt::Display, got: impl fmt
 }
 
 fn run(s: &Scenario, check: bool, out: &mut Replay) -> Result<(), Mismatch> {
-    let mut hb = Heartbeat::with_key_source(s.config.clone(), Box::new(SequentialKeys::new("key-")))
-        .map_err(|e| mismatch(0, "config", "a valid configuration", e))?;
+    let mut hb =
+        Heartbeat::with_key_source(s.config.clone(), Box::new(SequentialKeys::new("key-")))
+            .map_err(|e| mismatch(0, "config", "a valid configuration", e))?;
     let mut used_keys: HashSet<String> = HashSet::new();
     // (key, body) of the attempt sent last.
     let mut current: Option<(String, Vec<u8>)> = None;
@@ -365,10 +403,20 @@ fn run(s: &Scenario, check: bool, out: &mut Replay) -> Result<(), Mismatch> {
                 let attempt = match hb.poll_action() {
                     Action::Send(a) => a.clone(),
                     Action::AwaitOutcome(a) => {
-                        return Err(mismatch(i, "send", format!("send {}", kind.as_str()), format!("attempt {} still in flight", a.id)));
+                        return Err(mismatch(
+                            i,
+                            "send",
+                            format!("send {}", kind.as_str()),
+                            format!("attempt {} still in flight", a.id),
+                        ));
                     }
                     Action::Stop(r) => {
-                        return Err(mismatch(i, "send", format!("send {}", kind.as_str()), format!("stopped ({r})")));
+                        return Err(mismatch(
+                            i,
+                            "send",
+                            format!("send {}", kind.as_str()),
+                            format!("stopped ({r})"),
+                        ));
                     }
                 };
                 if attempt.kind != *kind {
@@ -390,7 +438,9 @@ fn run(s: &Scenario, check: bool, out: &mut Replay) -> Result<(), Mismatch> {
                 hb.handle_failure(id, *failure, step.at_ns)
                     .map_err(|e| mismatch(i, "fail", "accepted", e))?
             }
-            Event::Cancel => hb.cancel(step.at_ns).map_err(|e| mismatch(i, "cancel", "accepted", e))?,
+            Event::Cancel => hb
+                .cancel(step.at_ns)
+                .map_err(|e| mismatch(i, "cancel", "accepted", e))?,
         };
         let mut emitted = Map::new();
         emitted.insert("id".into(), Value::from(s.id.clone()));
@@ -406,7 +456,12 @@ fn run(s: &Scenario, check: bool, out: &mut Replay) -> Result<(), Mismatch> {
                 }
             };
             if !ok {
-                return Err(mismatch(i, "key", format!("{} key really {}", claim.as_str(), claim.as_str()), format!("{:?}", attempt.key)));
+                return Err(mismatch(
+                    i,
+                    "key",
+                    format!("{} key really {}", claim.as_str(), claim.as_str()),
+                    format!("{:?}", attempt.key),
+                ));
             }
         }
         out.decisions.push(emitted.clone());
@@ -420,8 +475,18 @@ fn run(s: &Scenario, check: bool, out: &mut Replay) -> Result<(), Mismatch> {
 fn outstanding(hb: &Heartbeat, step: usize) -> Result<u64, Mismatch> {
     match hb.poll_action() {
         Action::AwaitOutcome(a) => Ok(a.id),
-        Action::Send(a) => Err(mismatch(step, "outcome", "an attempt in flight", format!("attempt {} not yet sent", a.id))),
-        Action::Stop(r) => Err(mismatch(step, "outcome", "an attempt in flight", format!("stopped ({r})"))),
+        Action::Send(a) => Err(mismatch(
+            step,
+            "outcome",
+            "an attempt in flight",
+            format!("attempt {} not yet sent", a.id),
+        )),
+        Action::Stop(r) => Err(mismatch(
+            step,
+            "outcome",
+            "an attempt in flight",
+            format!("stopped ({r})"),
+        )),
     }
 }
 
@@ -434,7 +499,11 @@ fn compare(
     for (field, want) in expect {
         match field.as_str() {
             "at" => {
-                let want_ns = if want == "inf" { None } else { Some(ms_to_ns(want).expect("checked")) };
+                let want_ns = if want == "inf" {
+                    None
+                } else {
+                    Some(ms_to_ns(want).expect("checked"))
+                };
                 let got = match decision.next {
                     crate::Next::Send(_) => decision.at_ns,
                     crate::Next::Stop(_) => {
@@ -452,12 +521,17 @@ fn compare(
                     match decision.numbers.get(name) {
                         Some(g) if g == w => {}
                         Some(g) => return Err(mismatch(step, &format!("numbers.{name}"), w, g)),
-                        None => return Err(mismatch(step, &format!("numbers.{name}"), w, "absent")),
+                        None => {
+                            return Err(mismatch(step, &format!("numbers.{name}"), w, "absent"));
+                        }
                     }
                 }
             }
             "warnings" => {
-                let got = emitted.get("warnings").cloned().unwrap_or(Value::Array(vec![]));
+                let got = emitted
+                    .get("warnings")
+                    .cloned()
+                    .unwrap_or(Value::Array(vec![]));
                 if &got != want {
                     return Err(mismatch(step, "warnings", want, got));
                 }
@@ -465,7 +539,11 @@ fn compare(
             other => {
                 let got = emitted.get(other).cloned().unwrap_or(Value::Null);
                 if &got != want {
-                    let got = if got.is_null() { "absent".to_owned() } else { got.to_string() };
+                    let got = if got.is_null() {
+                        "absent".to_owned()
+                    } else {
+                        got.to_string()
+                    };
                     return Err(mismatch(step, other, want, got));
                 }
             }

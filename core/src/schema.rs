@@ -16,7 +16,9 @@ use serde_json::{Map, Number, Value};
 /// Parses JSON text, rejecting duplicated member names anywhere in it.
 pub fn parse_strict(bytes: &[u8]) -> Result<Value, String> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = StrictValue.deserialize(&mut de).map_err(|e| e.to_string())?;
+    let value = StrictValue
+        .deserialize(&mut de)
+        .map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())?;
     Ok(value)
 }
@@ -179,7 +181,12 @@ fn amount(v: &Value, what: &str, signed: bool) -> Result<String, Invalid> {
     let unit = string(required(o, what, "unit")?, &format!("{what}.unit"))?;
     one_of(unit, &format!("{what}.unit"), UNITS)?;
     let min = if signed { I64_MIN } else { 0 };
-    int_in(required(o, what, "amount")?, &format!("{what}.amount"), min, I64_MAX)?;
+    int_in(
+        required(o, what, "amount")?,
+        &format!("{what}.amount"),
+        min,
+        I64_MAX,
+    )?;
     Ok(unit.to_owned())
 }
 
@@ -201,7 +208,10 @@ fn balance(v: &Value, what: &str) -> Result<(), Invalid> {
         ],
     )?;
     string(required(o, what, "scope")?, &format!("{what}.scope"))?;
-    string(required(o, what, "scope_path")?, &format!("{what}.scope_path"))?;
+    string(
+        required(o, what, "scope_path")?,
+        &format!("{what}.scope_path"),
+    )?;
     let unit = amount(
         required(o, what, "remaining")?,
         &format!("{what}.remaining"),
@@ -261,9 +271,14 @@ fn caps(v: &Value, what: &str) -> Result<(), Invalid> {
 fn evidence_ref(v: &Value, what: &str) -> Result<(), Invalid> {
     let o = object(v, what)?;
     only_known(o, what, &["evidence_id", "cycles_evidence_url"])?;
-    let id = string(required(o, what, "evidence_id")?, &format!("{what}.evidence_id"))?;
+    let id = string(
+        required(o, what, "evidence_id")?,
+        &format!("{what}.evidence_id"),
+    )?;
     if id.len() != 64 || !id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return Err(format!("{what}.evidence_id is not 64 lowercase hex characters"));
+        return Err(format!(
+            "{what}.evidence_id is not 64 lowercase hex characters"
+        ));
     }
     string(
         required(o, what, "cycles_evidence_url")?,
@@ -310,7 +325,11 @@ pub fn create_response(body: &[u8]) -> Result<CreateBody, Invalid> {
     )?;
     let decision = string(required(o, what, "decision")?, "decision")?;
     one_of(decision, "decision", &["ALLOW", "ALLOW_WITH_CAPS", "DENY"])?;
-    string_array(required(o, what, "affected_scopes")?, "affected_scopes", None)?;
+    string_array(
+        required(o, what, "affected_scopes")?,
+        "affected_scopes",
+        None,
+    )?;
     let reservation_id = match o.get("reservation_id") {
         Some(r) => Some(string(r, "reservation_id")?.to_owned()),
         None => None,
@@ -411,7 +430,9 @@ mod tests {
     #[test]
     fn extend_body_checks() {
         assert!(extend_response(br#"{"status":"ACTIVE","expires_at_ms":5}"#).is_ok());
-        let ok = extend_response(br#"{"status":"ACTIVE","expires_at_ms":5,"remaining_ttl_ms":9223372036854775807}"#);
+        let ok = extend_response(
+            br#"{"status":"ACTIVE","expires_at_ms":5,"remaining_ttl_ms":9223372036854775807}"#,
+        );
         assert_eq!(ok.unwrap().remaining_ttl_ms, Some(i64::MAX as u64));
         for bad in [
             &br#"{"status":"ACTIVE","expires_at_ms":5,"remaining_ttl_ms":9223372036854775808}"#[..],
@@ -440,7 +461,10 @@ mod tests {
 
     #[test]
     fn error_codes() {
-        assert_eq!(error_code(br#"{"error":"NOT_FOUND"}"#).as_deref(), Some("NOT_FOUND"));
+        assert_eq!(
+            error_code(br#"{"error":"NOT_FOUND"}"#).as_deref(),
+            Some("NOT_FOUND")
+        );
         assert_eq!(error_code(br#"{"error":7}"#), None);
         assert_eq!(error_code(b"<html>"), None);
     }
