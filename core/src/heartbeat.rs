@@ -327,6 +327,13 @@ impl fmt::Debug for Heartbeat {
             .field("max_rtt", &self.max_rtt)
             .field("anchor", &self.anchor)
             .field("zero_streak", &self.zero_streak)
+            .field("key_index", &self.key_index)
+            .field("next_attempt_id", &self.next_attempt_id)
+            .field("last_event_ns", &self.last_event_ns)
+            .field("create_failed_once", &self.create_failed_once)
+            .field("last_failure", &self.last_failure)
+            .field("grants", &self.grants)
+            .field("used_keys", &self.used_keys.len())
             .finish_non_exhaustive()
     }
 }
@@ -457,6 +464,7 @@ impl Heartbeat {
         response: Response,
         now_ns: u64,
     ) -> Result<Decision, Error> {
+        self.check_outcome(attempt_id, now_ns)?;
         if !(100..=999).contains(&response.status) {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -466,7 +474,6 @@ impl Heartbeat {
                 ),
             ));
         }
-        self.check_outcome(attempt_id, now_ns)?;
         let attempt = self.attempt.as_ref().expect("checked outstanding");
         let sent_ns = attempt.sent_ns.expect("checked sent");
         let rtt = match response.timing {
@@ -763,7 +770,7 @@ impl Heartbeat {
                     ))
                 }
             },
-            200..=299 => {
+            201..=299 => {
                 self.last_event_ns = now_ns;
                 Ok(self.on_create_transient(
                     OutcomeClass::Ambiguous,
@@ -946,6 +953,14 @@ impl Heartbeat {
         )
     }
 
+    /// The current fallback cadence: that of the last fallback extension
+    /// success, else the hold cadence.
+    fn fallback_cadence(&self, anchor: Anchor) -> u64 {
+        anchor
+            .cadence
+            .unwrap_or_else(|| arith::hold_cadence(self.config.ttl_ms))
+    }
+
     /// FB-01: sum of grants minus the rounded-up elapsed time since the create
     /// receipt.
     fn lead_min(&self, now_ns: u64) -> i128 {
@@ -1039,6 +1054,7 @@ impl Heartbeat {
             }
             Mode::Fallback => {
                 numbers.lead_min = Some(Num::Int(self.lead_min(now_ns)));
+                numbers.cadence = Some(Num::from_ms(self.fallback_cadence(anchor)));
                 None
             }
         };
@@ -1120,10 +1136,7 @@ impl Heartbeat {
                 (delay, r.window == Num::Int(0))
             }
             None => {
-                let cadence = anchor
-                    .cadence
-                    .unwrap_or_else(|| arith::hold_cadence(self.config.ttl_ms));
-                numbers.cadence = Some(Num::from_ms(cadence));
+                let cadence = self.fallback_cadence(anchor);
                 let delay = match throttle {
                     Some(Ok(ms)) => cadence.max(ms),
                     Some(Err(e)) => {

@@ -1,0 +1,207 @@
+//! The public API's refusals (D-14 and friends): each is a typed error that
+//! changes nothing.
+
+use leasebeat::{
+    Action, AttemptKind, Config, ErrorKind, Heartbeat, KeyUse, Mode, Num, Response, SequentialKeys,
+    StopReason, TransportFailure,
+};
+
+const MS: u64 = 1_000_000;
+
+fn create_ok(remaining: u64) -> Response {
+    Response::new(200).body(format!(
+        r#"{{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:a"],"expires_at_ms":1000,"remaining_ttl_ms":{remaining}}}"#
+    ))
+}
+
+fn started() -> (Heartbeat, u64) {
+    let mut hb = Heartbeat::with_key_source(
+        Config::new(60_000, Some(10_000)),
+        Box::new(SequentialKeys::new("k")),
+    )
+    .unwrap();
+    let id = hb.attempt().unwrap().id;
+    hb.handle_sent(id, 0).unwrap();
+    hb.handle_response(id, create_ok(61_500), 1_500 * MS)
+        .unwrap();
+    let id = hb.attempt().unwrap().id;
+    (hb, id)
+}
+
+#[test]
+fn first_action_is_a_create_with_the_exact_body() {
+    let mut config = Config::new(30_000, None);
+    config
+        .create_request
+        .insert("subject".into(), serde_json::json!({"tenant": "acme"}));
+    let hb = Heartbeat::with_key_source(config, Box::new(SequentialKeys::new("k"))).unwrap();
+    let Action::Send(a) = hb.poll_action() else {
+        panic!("expected a send")
+    };
+    assert_eq!(a.kind, AttemptKind::Create);
+    assert_eq!(a.key, "k1");
+    assert_eq!(a.key_use, KeyUse::New);
+    assert_eq!(
+        String::from_utf8(a.body.clone()).unwrap(),
+        r#"{"idempotency_key":"k1","subject":{"tenant":"acme"},"ttl_ms":30000}"#
+    );
+    assert_eq!(hb.poll_timeout(), Some(0));
+}
+
+#[test]
+fn extend_body_and_key_rotation() {
+    let (hb, _) = started();
+    let a = hb.attempt().unwrap();
+    assert_eq!(a.kind, AttemptKind::Extend);
+    assert_eq!(a.key, "k2");
+    assert_eq!(
+        String::from_utf8(a.body.clone()).unwrap(),
+        r#"{"extend_by_ms":60000,"idempotency_key":"k2"}"#
+    );
+    assert_eq!(a.due_ns, Some(38_500 * MS));
+    assert_eq!(hb.reservation_id(), Some("r-1"));
+    assert_eq!(hb.mode(), Some(Mode::Primary));
+    assert_eq!(hb.max_rtt_ms(), 1_500);
+}
+
+#[test]
+fn time_going_backwards_is_refused_and_changes_nothing() {
+    let (mut hb, id) = started();
+    let before = format!("{hb:?}");
+    let e = hb.handle_sent(id, 1_000 * MS).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TimeWentBackwards);
+    assert_eq!(e.kind().code(), "time_went_backwards");
+    assert_eq!(format!("{hb:?}"), before);
+    let e = hb.cancel(0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TimeWentBackwards);
+}
+
+#[test]
+fn outcomes_out_of_turn_are_refused() {
+    let (mut hb, id) = started();
+    // Not yet sent.
+    let e = hb
+        .handle_failure(id, TransportFailure::Timeout, 2_000 * MS)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotSent);
+    // A different attempt id (late or duplicate).
+    let e = hb.handle_sent(id + 7, 2_000 * MS).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotOutstanding);
+    hb.handle_sent(id, 38_500 * MS).unwrap();
+    let e = hb.handle_sent(id, 38_500 * MS).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadySent);
+    // The previous (create) attempt's response arriving late.
+    let e = hb
+        .handle_response(id - 1, create_ok(1), 38_600 * MS)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotOutstanding);
+    // A failure, then the first attempt's late outcome.
+    let d = hb
+        .handle_failure(id, TransportFailure::Timeout, 38_600 * MS)
+        .unwrap();
+    assert_eq!(d.key, Some(KeyUse::Same));
+    let e = hb
+        .handle_failure(id, TransportFailure::Reset, 38_700 * MS)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotOutstanding);
+}
+
+#[test]
+fn status_outside_http_range_is_an_invalid_argument() {
+    let (mut hb, id) = started();
+    hb.handle_sent(id, 38_500 * MS).unwrap();
+    for status in [0u16, 99, 1000, u16::MAX] {
+        let e = hb
+            .handle_response(id, Response::new(status), 38_600 * MS)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{status}");
+    }
+    let d = hb
+        .handle_response(id, Response::new(600), 38_600 * MS)
+        .unwrap();
+    assert_eq!(d.stop_reason(), Some(StopReason::UnexpectedStatus));
+}
+
+#[test]
+fn a_stop_is_final() {
+    let (mut hb, id) = started();
+    let d = hb.cancel(2_000 * MS).unwrap();
+    assert_eq!(d.stop_reason(), Some(StopReason::Cancelled));
+    assert_eq!(d.reservation_id.as_deref(), Some("r-1"));
+    assert!(matches!(
+        hb.poll_action(),
+        Action::Stop(StopReason::Cancelled)
+    ));
+    assert_eq!(hb.poll_timeout(), None);
+    for e in [
+        hb.handle_sent(id, 3_000 * MS).unwrap_err(),
+        hb.cancel(3_000 * MS).unwrap_err(),
+        hb.handle_failure(id, TransportFailure::Reset, 3_000 * MS)
+            .unwrap_err(),
+    ] {
+        assert_eq!(e.kind(), ErrorKind::Stopped);
+    }
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    for ttl in [0, 999, 86_400_001, u64::MAX] {
+        let e = Heartbeat::new(Config::new(ttl, None)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    }
+    let mut c = Config::default();
+    c.create_request.insert("ttl_ms".into(), 5.into());
+    assert_eq!(
+        Heartbeat::new(c).unwrap_err().kind(),
+        ErrorKind::InvalidConfig
+    );
+}
+
+#[test]
+fn a_key_source_that_repeats_is_refused_without_changing_state() {
+    let keys = ["a", "b", "b", "c"];
+    let mut i = 0;
+    let source = move || {
+        let k = keys[i.min(keys.len() - 1)].to_owned();
+        i += 1;
+        k
+    };
+    let mut hb =
+        Heartbeat::with_key_source(Config::new(60_000, Some(1_000)), Box::new(source)).unwrap();
+    let id = hb.attempt().unwrap().id;
+    hb.handle_sent(id, 0).unwrap();
+    hb.handle_response(id, create_ok(60_000), MS).unwrap();
+    let id = hb.attempt().unwrap().id;
+    hb.handle_sent(id, 2 * MS).unwrap();
+    let ok = r#"{"status":"ACTIVE","expires_at_ms":2000,"remaining_ttl_ms":60000}"#;
+    let before = format!("{hb:?}");
+    // The source now returns "b" again: refused, nothing changes.
+    let e = hb
+        .handle_response(id, Response::new(200).body(ok), 3 * MS)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidKey);
+    assert_eq!(format!("{hb:?}"), before);
+    // The next key is fresh: accepted.
+    let d = hb
+        .handle_response(id, Response::new(200).body(ok), 3 * MS)
+        .unwrap();
+    assert_eq!(hb.attempt().unwrap().key, "c");
+    assert_eq!(d.key_index, Some(3));
+}
+
+#[test]
+fn an_overflowing_due_time_is_infinite() {
+    let mut hb = Heartbeat::new(Config::new(60_000, Some(1_000))).unwrap();
+    let id = hb.attempt().unwrap().id;
+    hb.handle_sent(id, u64::MAX - 10 * MS).unwrap();
+    let d = hb
+        .handle_response(id, create_ok(i64::MAX as u64), u64::MAX - 5 * MS)
+        .unwrap();
+    assert_eq!(d.at_ns, None);
+    assert_eq!(d.to_json()["at"], "inf");
+    assert_eq!(
+        d.numbers.next_delay,
+        Some(Num::Int(i128::from(i64::MAX) - 5 - 3_000))
+    );
+    assert_eq!(hb.poll_timeout(), None);
+}
