@@ -205,3 +205,11 @@ fn an_overflowing_due_time_is_infinite() {
     );
     assert_eq!(hb.poll_timeout(), None);
 }
+
+#[test]
+fn default_keys_are_uuid_v4() {
+    let hb = Heartbeat::new(Config::default()).unwrap();
+    let key = &hb.attempt().unwrap().key;
+    let parsed = uuid::Uuid::parse_str(key).expect("a UUID");
+    assert_eq!(parsed.get_version_num(), 4);
+}

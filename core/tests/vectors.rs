@@ -51,7 +51,7 @@ fn every_vector_replays() {
 }
 
 #[test]
-fn every_stop_reason_and_rule_has_a_vector() {
+fn every_stop_reason_has_a_vector() {
     let mut text = String::new();
     for path in vector_files() {
         text.push_str(&std::fs::read_to_string(path).expect("readable vector"));
