@@ -1,1 +1,0 @@
-//! JNI library of leasebeat (work in progress).

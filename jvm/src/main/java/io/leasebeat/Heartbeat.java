@@ -1,0 +1,554 @@
+package io.leasebeat;
+
+import java.lang.ref.Cleaner;
+import java.lang.ref.Reference;
+import java.math.BigInteger;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.function.LongFunction;
+
+/**
+ * The heartbeat of one Cycles reservation: a sans-IO state machine that decides when to extend the
+ * lease, when to retry with the same idempotency key, and when to stop.
+ *
+ * <p>It starts with a create attempt. The caller sends what {@link #pollAction()} asks for,
+ * reports it with {@link #handleSent}, then reports the outcome with {@link #handleResponse} or
+ * {@link #handleFailure} (or ends it with {@link #cancel}). Each outcome yields a {@link Decision}.
+ * A call that throws {@link LeaseException} changes nothing.
+ *
+ * <h2>Time</h2>
+ *
+ * Every {@code nowNanos} argument is a {@link System#nanoTime()} value, which may be negative. The
+ * heartbeat has an <em>origin</em> ({@link Builder#originNanos(long)}, by default {@code
+ * System.nanoTime()} when {@link Builder#build()} ran): the core sees {@code nowNanos - origin}
+ * (computed as nanoTime differences are, by subtraction) as unsigned nanoseconds. A time before the
+ * origin is refused with {@link LeaseException.Code#TIME_WENT_BACKWARDS}, as is a time before the
+ * previous event. Due times come back as nanoseconds since the origin ({@link Decision#at()}) and,
+ * for convenience, as nanoTime values and delays ({@link Decision#delayNanos(long)}). Times more
+ * than 2^63-1 ns (292 years) after the origin cannot be expressed.
+ *
+ * <h2>Threads and closing</h2>
+ *
+ * All methods may be called from any thread; calls are serialized by the native heartbeat. {@link
+ * #close()} is idempotent and waits for calls in progress (a read/write lock: calls hold the read
+ * lock, close takes the write lock); any call after it throws {@link IllegalStateException}. A
+ * heartbeat that is never closed is freed by a {@link Cleaner} once unreachable.
+ *
+ * <pre>{@code
+ * try (Heartbeat hb = Heartbeat.builder().ttlMillis(60_000).requestTimeoutMillis(10_000).build()) {
+ *   Attempt create = hb.pollAction().attempt().orElseThrow();
+ *   hb.handleSent(create.id(), System.nanoTime());
+ *   // ... POST create.body() with X-Idempotency-Key: create.key() ...
+ *   Decision d = hb.handleResponse(create.id(), Response.of(200).withBody(body), System.nanoTime());
+ *   long wait = d.delayNanos(System.nanoTime());
+ * }
+ * }</pre>
+ */
+public final class Heartbeat implements AutoCloseable {
+  private static final Cleaner CLEANER = Cleaner.create();
+  private static final AtomicLong LIVE_HANDLES = new AtomicLong();
+
+  /** Frees the native handle exactly once (run by close() or by the Cleaner). */
+  private static final class Free implements Runnable {
+    private final long handle;
+
+    Free(long handle) {
+      this.handle = handle;
+    }
+
+    @Override
+    public void run() {
+      NativeBridge.nativeFree(handle);
+      LIVE_HANDLES.decrementAndGet();
+    }
+  }
+
+  private final long handle;
+  private final long origin;
+  private final Cleaner.Cleanable cleanable;
+  private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
+  private boolean closed; // guarded by lock
+
+  private Heartbeat(long handle, long origin) {
+    this.handle = handle;
+    this.origin = origin;
+    LIVE_HANDLES.incrementAndGet();
+    this.cleanable = CLEANER.register(this, new Free(handle));
+  }
+
+  /**
+   * A builder with the defaults: ttl 60000 ms, unbounded request timeout, random UUIDv4 keys, an
+   * empty create request, origin = {@code System.nanoTime()} at build time.
+   *
+   * @return a new builder
+   */
+  public static Builder builder() {
+    return new Builder();
+  }
+
+  /** Configures a {@link Heartbeat}. Not thread-safe; reusable. */
+  public static final class Builder {
+    private static final BigInteger U64_MAX = BigInteger.ONE.shiftLeft(64).subtract(BigInteger.ONE);
+
+    private long ttlMillis = 60_000;
+    private long timeoutBits;
+    private boolean timeoutUnbounded = true;
+    private String createRequestJson;
+    private String keyPrefix;
+    private Long originNanos;
+
+    private Builder() {}
+
+    /**
+     * The requested lease length: the create's {@code ttl_ms} and every extension's {@code
+     * extend_by_ms}. The core accepts 1000..86400000.
+     *
+     * @param ttlMillis milliseconds
+     * @return this builder
+     * @throws IllegalArgumentException if negative
+     */
+    public Builder ttlMillis(long ttlMillis) {
+      if (ttlMillis < 0) {
+        throw new IllegalArgumentException("ttlMillis must not be negative, got " + ttlMillis);
+      }
+      this.ttlMillis = ttlMillis;
+      return this;
+    }
+
+    /**
+     * The enforced upper bound of one complete attempt (connect, write, read, failure detection).
+     *
+     * @param requestTimeoutMillis milliseconds, at least 0
+     * @return this builder
+     * @throws IllegalArgumentException if negative
+     */
+    public Builder requestTimeoutMillis(long requestTimeoutMillis) {
+      if (requestTimeoutMillis < 0) {
+        throw new IllegalArgumentException(
+            "requestTimeoutMillis must not be negative, got " + requestTimeoutMillis);
+      }
+      this.timeoutBits = requestTimeoutMillis;
+      this.timeoutUnbounded = false;
+      return this;
+    }
+
+    /**
+     * The request timeout as an unsigned 64-bit value, for values above {@code Long.MAX_VALUE};
+     * 2^64-1 means unbounded, as in the core.
+     *
+     * @param requestTimeoutMillis milliseconds, 0..2^64-1
+     * @return this builder
+     * @throws IllegalArgumentException if outside 0..2^64-1
+     */
+    public Builder requestTimeoutMillis(BigInteger requestTimeoutMillis) {
+      Objects.requireNonNull(requestTimeoutMillis, "requestTimeoutMillis");
+      if (requestTimeoutMillis.signum() < 0 || requestTimeoutMillis.compareTo(U64_MAX) > 0) {
+        throw new IllegalArgumentException(
+            "requestTimeoutMillis must be within 0..2^64-1, got " + requestTimeoutMillis);
+      }
+      this.timeoutBits = requestTimeoutMillis.longValue(); // the low 64 bits: exact for u64
+      this.timeoutUnbounded = false;
+      return this;
+    }
+
+    /**
+     * No enforced request timeout (the default): the attempt budget is +infinity (HB-13), so a
+     * failure stops the heartbeat with {@code retry_window_exhausted}.
+     *
+     * @return this builder
+     */
+    public Builder unboundedTimeout() {
+      this.timeoutUnbounded = true;
+      this.timeoutBits = 0;
+      return this;
+    }
+
+    /**
+     * Further members of the create request body ({@code subject}, {@code action}, {@code
+     * estimate}, ...) as a JSON object; the core adds {@code idempotency_key} and {@code ttl_ms}.
+     *
+     * @param json a JSON object, or null for none
+     * @return this builder
+     */
+    public Builder createRequestJson(String json) {
+      this.createRequestJson = json;
+      return this;
+    }
+
+    /**
+     * Deterministic keys {@code prefix1}, {@code prefix2}, ... instead of random UUIDv4 keys: for
+     * tests and replays only.
+     *
+     * @param prefix the prefix, or null for UUIDv4 keys
+     * @return this builder
+     */
+    public Builder keyPrefix(String prefix) {
+      this.keyPrefix = prefix;
+      return this;
+    }
+
+    /**
+     * The {@link System#nanoTime()} value that is time 0 for the core. The default is {@code
+     * System.nanoTime()} at {@link #build()}; replays of recorded timelines pass 0.
+     *
+     * @param originNanos a nanoTime value
+     * @return this builder
+     */
+    public Builder originNanos(long originNanos) {
+      this.originNanos = originNanos;
+      return this;
+    }
+
+    /**
+     * Creates the heartbeat, whose first action is the create attempt, due at the origin.
+     *
+     * @return a new heartbeat (close it)
+     * @throws LeaseException with {@link LeaseException.Code#INVALID_CONFIG} if the core refuses
+     *     the configuration (ttl out of range, create request not a JSON object or setting {@code
+     *     idempotency_key} or {@code ttl_ms})
+     */
+    public Heartbeat build() {
+      long origin = originNanos != null ? originNanos : System.nanoTime();
+      byte[] create =
+          createRequestJson == null ? null : createRequestJson.getBytes(StandardCharsets.UTF_8);
+      byte[] prefix = keyPrefix == null ? null : keyPrefix.getBytes(StandardCharsets.UTF_8);
+      Wire w =
+          Wire.open(NativeBridge.nativeNew(ttlMillis, timeoutBits, timeoutUnbounded, create, prefix));
+      return new Heartbeat(w.u64(), origin);
+    }
+  }
+
+  // ----- plumbing -----
+
+  private byte[] call(LongFunction<byte[]> f) {
+    ReentrantReadWriteLock.ReadLock read = lock.readLock();
+    read.lock();
+    try {
+      if (closed) {
+        throw new IllegalStateException("leasebeat: this Heartbeat is closed");
+      }
+      return f.apply(handle);
+    } finally {
+      read.unlock();
+      // Keep this object (and so the handle) reachable until the native call returned.
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  private long core(long nowNanos) {
+    long since = nowNanos - origin;
+    if (since < 0) {
+      throw new LeaseException(
+          LeaseException.Code.TIME_WENT_BACKWARDS,
+          "time " + nowNanos + " is before this heartbeat's origin " + origin);
+    }
+    return since;
+  }
+
+  private static void checkId(long attemptId) {
+    if (attemptId <= 0) {
+      throw new IllegalArgumentException("attemptId must be positive, got " + attemptId);
+    }
+  }
+
+  private State state() {
+    Wire w = Wire.open(call(NativeBridge::nativeState));
+    return new State(w, origin);
+  }
+
+  private static final class State {
+    final Action action;
+    final Optional<String> reservationId;
+    final Optional<Mode> mode;
+    final long maxRtt;
+    final long lastEvent;
+    final Optional<Decision> last;
+
+    State(Wire w, long origin) {
+      int tag = w.u8();
+      if (tag == 2) {
+        action = new Action(Action.Type.STOP, Optional.empty(), Optional.of(w.reason()));
+      } else {
+        Attempt a = w.attempt(origin);
+        action =
+            new Action(
+                tag == 0 ? Action.Type.SEND : Action.Type.AWAIT_OUTCOME,
+                Optional.of(a),
+                Optional.empty());
+      }
+      reservationId = w.optStr();
+      mode = w.optStr().map(Mode::fromWire);
+      maxRtt = w.u64();
+      lastEvent = w.u64();
+      last = w.bool() ? Optional.of(w.decision(origin)) : Optional.empty();
+    }
+  }
+
+  // ----- polls and getters -----
+
+  /**
+   * What the caller must do now: send an attempt (when it is due), await the outcome of the one in
+   * flight, or stop.
+   *
+   * @return the action
+   * @throws IllegalStateException if closed
+   */
+  public Action pollAction() {
+    return state().action;
+  }
+
+  /**
+   * The outstanding attempt (to send, or in flight), unless stopped.
+   *
+   * @return the attempt
+   * @throws IllegalStateException if closed
+   */
+  public Optional<Attempt> attempt() {
+    return state().action.attempt();
+  }
+
+  /**
+   * When the next attempt is due, in nanoseconds since the origin, if one waits to be sent; empty
+   * when stopped, in flight, or due at +infinity.
+   *
+   * @return the due time
+   * @throws IllegalStateException if closed
+   */
+  public Optional<Num> pollTimeout() {
+    Action a = state().action;
+    return a.type() == Action.Type.SEND
+        ? a.attempt().map(Attempt::due).filter(Num::isFinite)
+        : Optional.empty();
+  }
+
+  /**
+   * The reservation id, once a create succeeded.
+   *
+   * @return the id
+   * @throws IllegalStateException if closed
+   */
+  public Optional<String> reservationId() {
+    return state().reservationId;
+  }
+
+  /**
+   * The stop reason, once stopped.
+   *
+   * @return the reason
+   * @throws IllegalStateException if closed
+   */
+  public Optional<StopReason> stopReason() {
+    return state().action.stopReason();
+  }
+
+  /**
+   * The mode of the last success, if any.
+   *
+   * @return the mode
+   * @throws IllegalStateException if closed
+   */
+  public Optional<Mode> mode() {
+    return state().mode;
+  }
+
+  /**
+   * Largest rtt (ms) over this lease's schema-valid measured successes; 0 before the first.
+   *
+   * @return milliseconds
+   * @throws IllegalStateException if closed
+   */
+  public long maxRttMillis() {
+    return state().maxRtt;
+  }
+
+  /**
+   * The time of the latest event accepted, as a nanoTime value (the origin before any).
+   *
+   * @return a nanoTime value
+   * @throws IllegalStateException if closed
+   */
+  public long lastEventNanoTime() {
+    return origin + state().lastEvent;
+  }
+
+  /**
+   * The most recent decision.
+   *
+   * @return the decision, empty before the first outcome
+   * @throws IllegalStateException if closed
+   */
+  public Optional<Decision> lastDecision() {
+    return state().last;
+  }
+
+  /**
+   * The nanoTime value that is time 0 for the core.
+   *
+   * @return the origin
+   */
+  public long originNanos() {
+    return origin;
+  }
+
+  /**
+   * Whether {@link #close()} was called.
+   *
+   * @return true once closed
+   */
+  public boolean isClosed() {
+    ReentrantReadWriteLock.ReadLock read = lock.readLock();
+    read.lock();
+    try {
+      return closed;
+    } finally {
+      read.unlock();
+    }
+  }
+
+  // ----- events -----
+
+  /**
+   * The caller sent attempt {@code attemptId} at {@code nowNanos}. Sending later than due (a late
+   * timer) or earlier (a stalled clock) is accepted.
+   *
+   * @param attemptId {@link Attempt#id()}
+   * @param nowNanos a nanoTime value, not before the previous event
+   * @throws LeaseException {@code NOT_OUTSTANDING}, {@code ALREADY_SENT}, {@code STOPPED}, {@code
+   *     TIME_WENT_BACKWARDS}
+   * @throws IllegalArgumentException if {@code attemptId} is not positive
+   * @throws IllegalStateException if closed
+   */
+  public void handleSent(long attemptId, long nowNanos) {
+    checkId(attemptId);
+    long now = core(nowNanos);
+    Wire.open(call(h -> NativeBridge.nativeSent(h, attemptId, now)));
+  }
+
+  /**
+   * The HTTP response to attempt {@code attemptId}, observed at {@code nowNanos} (after its
+   * complete body was received). The core classifies it (success, ambiguous, transient,
+   * throttled, permanent, rejected, unexpected).
+   *
+   * @param attemptId {@link Attempt#id()}
+   * @param response the response as it arrived
+   * @param nowNanos a nanoTime value, not before the previous event
+   * @return the decision
+   * @throws LeaseException {@code NOT_OUTSTANDING}, {@code NOT_SENT}, {@code STOPPED}, {@code
+   *     TIME_WENT_BACKWARDS}, {@code INVALID_KEY}
+   * @throws IllegalArgumentException if {@code attemptId} is not positive
+   * @throws NullPointerException if {@code response} is null
+   * @throws IllegalStateException if closed
+   */
+  public Decision handleResponse(long attemptId, Response response, long nowNanos) {
+    checkId(attemptId);
+    Objects.requireNonNull(response, "response");
+    long now = core(nowNanos);
+    List<String[]> pairs = new ArrayList<>(response.headers().size());
+    for (Header h : response.headers()) {
+      pairs.add(new String[] {h.name(), h.value()});
+    }
+    byte[] headers = Wire.pairs(pairs);
+    byte[] body = response.rawBody();
+    return Wire.open(
+            call(
+                h ->
+                    NativeBridge.nativeResponse(
+                        h, attemptId, response.status(), headers, body, response.timingUnknown(), now)))
+        .decision(origin);
+  }
+
+  /**
+   * A transport failure of attempt {@code attemptId}, observed at {@code nowNanos}.
+   *
+   * @param attemptId {@link Attempt#id()}
+   * @param failure what failed
+   * @param nowNanos a nanoTime value, not before the previous event
+   * @return the decision
+   * @throws LeaseException {@code NOT_OUTSTANDING}, {@code NOT_SENT}, {@code STOPPED}, {@code
+   *     TIME_WENT_BACKWARDS}, {@code INVALID_KEY}
+   * @throws IllegalArgumentException if {@code attemptId} is not positive
+   * @throws NullPointerException if {@code failure} is null
+   * @throws IllegalStateException if closed
+   */
+  public Decision handleFailure(long attemptId, TransportFailure failure, long nowNanos) {
+    checkId(attemptId);
+    Objects.requireNonNull(failure, "failure");
+    long now = core(nowNanos);
+    int code;
+    switch (failure) {
+      case TIMEOUT:
+        code = 0;
+        break;
+      case CONNECT:
+        code = 1;
+        break;
+      case RESET:
+        code = 2;
+        break;
+      default:
+        throw new IllegalArgumentException("unknown failure " + failure);
+    }
+    return Wire.open(call(h -> NativeBridge.nativeFailure(h, attemptId, code, now))).decision(origin);
+  }
+
+  /**
+   * The caller ends the heartbeat at {@code nowNanos}: stop {@link StopReason#CANCELLED}.
+   *
+   * @param nowNanos a nanoTime value, not before the previous event
+   * @return the stop decision
+   * @throws LeaseException {@code STOPPED} (a stop is final), {@code TIME_WENT_BACKWARDS}
+   * @throws IllegalStateException if closed
+   */
+  public Decision cancel(long nowNanos) {
+    long now = core(nowNanos);
+    return Wire.open(call(h -> NativeBridge.nativeCancel(h, now))).decision(origin);
+  }
+
+  /**
+   * Frees the native heartbeat. Idempotent; waits for calls in progress on other threads; every
+   * later call throws {@link IllegalStateException}.
+   */
+  @Override
+  public void close() {
+    ReentrantReadWriteLock.WriteLock write = lock.writeLock();
+    write.lock();
+    try {
+      if (!closed) {
+        closed = true;
+        cleanable.clean();
+      }
+    } finally {
+      write.unlock();
+    }
+  }
+
+  // ----- library-level -----
+
+  /**
+   * The version of the native library (the Rust crates' version).
+   *
+   * @return e.g. {@code "0.1.0"}
+   */
+  public static String nativeVersion() {
+    Wire w = Wire.open(NativeBridge.nativeCatalog());
+    for (int i = 0, n = w.u32(); i < n; i++) {
+      w.str();
+      w.str();
+    }
+    for (int i = 0, n = w.u32(); i < n; i++) {
+      w.str();
+      w.str();
+    }
+    return w.str();
+  }
+
+  /** Native handles not yet freed (for the binding's leak tests). */
+  static long liveHandles() {
+    return LIVE_HANDLES.get();
+  }
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# What the JVM stage needs: a JDK 17+ (javac) and Maven 3.8+. Maven fetches the pinned plugins
+# and test libraries from Maven Central itself. unzip lists the jar's contents in the test.
+set -euo pipefail
+need=()
+command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
+command -v unzip >/dev/null 2>&1 || need+=(unzip)
+if [ "${#need[@]}" -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update
+  apt-get install -y --no-install-recommends "${need[@]}"
+fi
+javac -version
+mvn -B -Dstyle.color=never --version
