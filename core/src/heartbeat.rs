@@ -372,6 +372,55 @@ impl Heartbeat {
         Ok(hb)
     }
 
+    /// A heartbeat for a reservation created elsewhere, with random UUIDv4
+    /// keys. See [`Heartbeat::for_reservation_with_key_source`].
+    pub fn for_reservation(
+        config: Config,
+        reservation_id: impl Into<String>,
+    ) -> Result<Heartbeat, Error> {
+        Heartbeat::for_reservation_with_key_source(config, reservation_id, Box::new(UuidV4Keys))
+    }
+
+    /// A heartbeat for a reservation created elsewhere: its first action is an
+    /// immediate extension (due at 0) with a new key, instead of a create.
+    ///
+    /// Nothing proves any lead before that extension succeeds, so it counts
+    /// as the create does: its success anchors the schedule (and the
+    /// fallback's grant bookkeeping, FB-01/02) and counts toward the
+    /// zero-delay streak; a transient failure before it has a lead floor of 0
+    /// and so stops with `retry_window_exhausted` (primary rule HB-22 with no
+    /// proven lead). Permanent and other 4xx outcomes stop as on any extend.
+    /// `reservation_id` must be 1..=128 characters (the protocol's path
+    /// parameter).
+    pub fn for_reservation_with_key_source(
+        config: Config,
+        reservation_id: impl Into<String>,
+        keys: Box<dyn KeySource>,
+    ) -> Result<Heartbeat, Error> {
+        let reservation_id = reservation_id.into();
+        let chars = reservation_id.chars().count();
+        if !(1..=128).contains(&chars) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("reservation_id must be 1..=128 characters, got {chars}"),
+            ));
+        }
+        let mut hb = Heartbeat::with_key_source(config, keys)?;
+        hb.reservation_id = Some(reservation_id);
+        // The create key was never sent: give its place to the first extension.
+        hb.used_keys.clear();
+        hb.key_index = 0;
+        hb.next_attempt_id = 1;
+        let key = hb
+            .attempt
+            .take()
+            .map(|a| a.key)
+            .expect("a new heartbeat has an attempt");
+        let body = hb.extend_body(&key);
+        hb.install_attempt(AttemptKind::Extend, Some(0), key, KeyUse::New, body, false);
+        Ok(hb)
+    }
+
     // ----- getters -----
 
     /// The configuration.
@@ -976,9 +1025,14 @@ impl Heartbeat {
         rtt: Option<u64>,
         now_ns: u64,
     ) -> Result<Decision, Error> {
-        let anchor = self
-            .anchor
-            .expect("an extension follows a successful create");
+        // Only a heartbeat started with `for_reservation` extends before any
+        // success; nothing proves a lead then: primary mode, lead floor 0.
+        let anchor = self.anchor.unwrap_or(Anchor {
+            received_ns: self.last_event_ns,
+            lead_floor: 0,
+            mode: Mode::Primary,
+            cadence: None,
+        });
         match class {
             Class::Success {
                 remaining,
@@ -987,6 +1041,16 @@ impl Heartbeat {
                 let key = self.fresh_key()?;
                 self.last_event_ns = now_ns;
                 let expires_at = expires_at.expect("extend bodies carry expires_at_ms");
+                if self.anchor.is_none() {
+                    // The first success of an existing reservation anchors
+                    // the grant bookkeeping as a create would (FB-01/02).
+                    self.grants = GrantBook {
+                        create_received_ns: now_ns,
+                        sum_grants: 0,
+                        last_expires_at: Some(expires_at),
+                    };
+                    return Ok(self.on_success(key, remaining, None, rtt, now_ns));
+                }
                 let grant = match self.grants.last_expires_at {
                     Some(prev) => i128::from(expires_at) - i128::from(prev),
                     None => 0,

@@ -213,3 +213,57 @@ fn default_keys_are_uuid_v4() {
     let parsed = uuid::Uuid::parse_str(key).expect("a UUID");
     assert_eq!(parsed.get_version_num(), 4);
 }
+
+#[test]
+fn an_existing_reservation_starts_with_an_extension() {
+    let ok = r#"{"status":"ACTIVE","expires_at_ms":90000,"remaining_ttl_ms":60000}"#;
+    let mut hb = Heartbeat::for_reservation_with_key_source(
+        Config::new(60_000, Some(10_000)),
+        "rsv-9",
+        Box::new(SequentialKeys::new("k")),
+    )
+    .unwrap();
+    let Action::Send(a) = hb.poll_action() else {
+        panic!("expected a send")
+    };
+    assert_eq!(
+        (a.kind, a.id, a.key.as_str(), a.key_index),
+        (AttemptKind::Extend, 1, "k1", 1)
+    );
+    assert_eq!(
+        String::from_utf8(a.body.clone()).unwrap(),
+        r#"{"extend_by_ms":60000,"idempotency_key":"k1"}"#
+    );
+    assert_eq!(hb.reservation_id(), Some("rsv-9"));
+    hb.handle_sent(1, 0).unwrap();
+    let d = hb
+        .handle_response(1, Response::new(200).body(ok), 1_000 * MS)
+        .unwrap();
+    assert_eq!(d.numbers.next_delay, Some(Num::Int(59_000 - 22_000)));
+    assert_eq!(d.key_index, Some(2));
+
+    // Before any success nothing proves a lead: a transient failure stops.
+    let mut hb = Heartbeat::for_reservation(Config::new(60_000, Some(10_000)), "rsv-9").unwrap();
+    hb.handle_sent(1, 0).unwrap();
+    let d = hb
+        .handle_failure(1, TransportFailure::Timeout, 10_000 * MS)
+        .unwrap();
+    assert_eq!(d.stop_reason(), Some(StopReason::RetryWindowExhausted));
+
+    // Without remaining_ttl_ms, the first success is the fallback's anchor.
+    let mut hb = Heartbeat::for_reservation(Config::new(60_000, Some(10_000)), "rsv-9").unwrap();
+    hb.handle_sent(1, 0).unwrap();
+    let d = hb
+        .handle_response(
+            1,
+            Response::new(200).body(r#"{"status":"ACTIVE","expires_at_ms":90000}"#),
+            MS,
+        )
+        .unwrap();
+    assert_eq!((d.mode, d.at_ns), (Some(Mode::Fallback), Some(MS)));
+
+    for bad in ["", &"x".repeat(129)] {
+        let e = Heartbeat::for_reservation(Config::default(), bad).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    }
+}
