@@ -1,0 +1,158 @@
+"""leasebeat: the one audited lease-heartbeat scheduler for Cycles reservations.
+
+A Cycles reservation holds budget or action authority until a
+server-authoritative expiry; long work keeps it alive with
+``POST /v1/reservations/{id}/extend``. This package decides *when* to extend,
+when to retry with the same idempotency key and when to stop. It is sans-IO:
+it never reads a clock, opens a socket or starts a thread. You feed it
+``time.monotonic_ns()`` readings and raw HTTP outcomes; it answers with the
+next Action and a Decision carrying the numbers behind it. Every rule lives
+in the Rust core (crate ``leasebeat``); this package is a thin binding.
+
+Quick start::
+
+    import time, leasebeat
+
+    hb = leasebeat.Heartbeat(ttl_ms=60000, request_timeout_ms=10000,
+                             create_request={"subject": {...}, "action": {...},
+                                             "estimate": {...}})
+    while True:
+        action = hb.poll_action()
+        if action.is_stop:
+            break                                # action.reason says why
+        # wait until action.due_ns (time.monotonic_ns() clock; None = never)
+        hb.handle_sent(action.attempt_id, time.monotonic_ns())
+        # POST action.body with header X-Idempotency-Key: action.key ...
+        decision = hb.handle_response(action.attempt_id, time.monotonic_ns(),
+                                      status, headers, body)
+        log(decision.to_json())                  # every decision is observable
+
+Numbers: every millisecond quantity is an ``int``, or ``float('inf')`` for
++infinity (an unbounded budget, an overflowing value) and ``float('-inf')``
+for -infinity (the retry window when the budget is unbounded). Times are
+integer nanoseconds; a due time of +infinity is ``None`` ("never").
+
+Errors: every error of the core is a ``LeaseError`` subclass with a stable
+``code`` (``TimeWentBackwards``, ``NotOutstanding``, ``NotSent``,
+``AlreadySent``, ``Stopped``, ``InvalidKey``, ``InvalidConfig``,
+``InvalidArgument``). Bad values (negative or too large integers, a status
+outside 100..=999, an unknown failure name, a non-finite float) raise
+``InvalidArgument``; ``InvalidArgument``, ``InvalidConfig`` and
+``TimeWentBackwards`` are also ``ValueError``. A wrong type (a ``float`` or
+``bool`` where an ``int`` is needed, ...) raises a plain ``TypeError``. A call
+that raises changes nothing.
+
+Threads and asyncio: a Heartbeat may be shared between threads (calls
+serialize on an internal lock and never deadlock); every call is fast and
+non-blocking, so it can be called directly from a coroutine.
+"""
+
+from __future__ import annotations
+
+from . import _leasebeat as _leasebeat
+from ._leasebeat import (
+    DEFAULT_TTL_MS,
+    MAX_KEY_CHARS,
+    MAX_TTL_MS,
+    MIN_TTL_MS,
+    Action,
+    ActionKind,
+    AlreadySent,
+    Attempt,
+    AttemptKind,
+    Decision,
+    DecisionWarning,
+    FallbackCadence,
+    Heartbeat,
+    InvalidArgument,
+    InvalidConfig,
+    InvalidKey,
+    KeyUse,
+    LeaseError,
+    Mode,
+    Next,
+    NotOutstanding,
+    NotSent,
+    Numbers,
+    OutcomeClass,
+    PrimarySchedule,
+    RetryAfterError,
+    RetryWindow,
+    Stopped,
+    StopReason,
+    TimeWentBackwards,
+    TransportFailure,
+    __version__,
+    attempt_budget,
+    ceil_ms,
+    fallback_cadence,
+    fallback_skips,
+    hold_cadence,
+    parse_retry_after,
+    primary_schedule,
+    retry_reserve,
+    retry_window,
+    safety_margin,
+)
+
+#: Every LeaseError subclass by its stable ``code``.
+ERRORS_BY_CODE: dict[str, type[LeaseError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidConfig,
+        InvalidArgument,
+        TimeWentBackwards,
+        NotOutstanding,
+        NotSent,
+        AlreadySent,
+        Stopped,
+        InvalidKey,
+    )
+}
+
+__all__ = [
+    "DEFAULT_TTL_MS",
+    "ERRORS_BY_CODE",
+    "MAX_KEY_CHARS",
+    "MAX_TTL_MS",
+    "MIN_TTL_MS",
+    "Action",
+    "ActionKind",
+    "AlreadySent",
+    "Attempt",
+    "AttemptKind",
+    "Decision",
+    "DecisionWarning",
+    "FallbackCadence",
+    "Heartbeat",
+    "InvalidArgument",
+    "InvalidConfig",
+    "InvalidKey",
+    "KeyUse",
+    "LeaseError",
+    "Mode",
+    "Next",
+    "NotOutstanding",
+    "NotSent",
+    "Numbers",
+    "OutcomeClass",
+    "PrimarySchedule",
+    "RetryAfterError",
+    "RetryWindow",
+    "StopReason",
+    "Stopped",
+    "TimeWentBackwards",
+    "TransportFailure",
+    "__version__",
+    "attempt_budget",
+    "ceil_ms",
+    "fallback_cadence",
+    "fallback_skips",
+    "hold_cadence",
+    "parse_retry_after",
+    "primary_schedule",
+    "retry_reserve",
+    "retry_window",
+    "safety_margin",
+]
+

@@ -1,0 +1,433 @@
+"""Native core of the ``leasebeat`` package (import ``leasebeat`` instead)."""
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Final, final
+
+from typing_extensions import Self
+
+__all__ = [
+    "__version__",
+    "DEFAULT_TTL_MS",
+    "MIN_TTL_MS",
+    "MAX_TTL_MS",
+    "MAX_KEY_CHARS",
+    "StopReason",
+    "Mode",
+    "KeyUse",
+    "AttemptKind",
+    "Next",
+    "OutcomeClass",
+    "DecisionWarning",
+    "TransportFailure",
+    "ActionKind",
+    "LeaseError",
+    "InvalidConfig",
+    "InvalidArgument",
+    "TimeWentBackwards",
+    "NotOutstanding",
+    "NotSent",
+    "AlreadySent",
+    "Stopped",
+    "InvalidKey",
+    "RetryAfterError",
+    "Heartbeat",
+    "Decision",
+    "Numbers",
+    "Attempt",
+    "Action",
+    "PrimarySchedule",
+    "RetryWindow",
+    "FallbackCadence",
+    "primary_schedule",
+    "retry_window",
+    "parse_retry_after",
+    "attempt_budget",
+    "safety_margin",
+    "retry_reserve",
+    "hold_cadence",
+    "fallback_cadence",
+    "fallback_skips",
+    "ceil_ms",
+]
+
+__version__: Final[str]
+DEFAULT_TTL_MS: Final[int]
+MIN_TTL_MS: Final[int]
+MAX_TTL_MS: Final[int]
+MAX_KEY_CHARS: Final[int]
+
+# A millisecond quantity: an int, or float('inf') / float('-inf').
+_Ms = int | float
+_Bytes = bytes | bytearray | memoryview | str
+_HeaderValue = str | bytes | Sequence[str | bytes]
+_Headers = (
+    Mapping[str, _HeaderValue]
+    | Mapping[bytes, _HeaderValue]
+    | Iterable[tuple[str | bytes, str | bytes]]
+)
+
+class StopReason(str, enum.Enum):
+    """Why a heartbeat stopped (stable strings, equal to the members)."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    LEASE_TOO_SHORT = "lease_too_short"
+    RETRY_WINDOW_EXHAUSTED = "retry_window_exhausted"
+    NO_PROGRESS = "no_progress"
+    THROTTLED = "throttled"
+    EXPIRED = "expired"
+    FINALIZED = "finalized"
+    MAX_EXTENSIONS = "max_extensions"
+    TENANT_CLOSED = "tenant_closed"
+    NOT_FOUND = "not_found"
+    REJECTED = "rejected"
+    UNEXPECTED_STATUS = "unexpected_status"
+    CREATE_FAILED = "create_failed"
+    CREATE_REJECTED = "create_rejected"
+    NO_RESERVATION = "no_reservation"
+    CANCELLED = "cancelled"
+
+class Mode(str, enum.Enum):
+    """Which algorithm decided."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    PRIMARY = "primary"
+    FALLBACK = "fallback"
+
+class KeyUse(str, enum.Enum):
+    """New idempotency key, or the previous attempt's key and body."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    NEW = "new"
+    SAME = "same"
+
+class AttemptKind(str, enum.Enum):
+    """The request an attempt makes."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    CREATE = "create"
+    EXTEND = "extend"
+
+class Next(str, enum.Enum):
+    """What a decision says to do next."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    CREATE = "create"
+    EXTEND = "extend"
+    STOP = "stop"
+
+class OutcomeClass(str, enum.Enum):
+    """How the deciding outcome was classified."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    SUCCESS = "success"
+    AMBIGUOUS = "ambiguous"
+    TRANSPORT_FAILURE = "transport_failure"
+    SERVER_ERROR = "server_error"
+    THROTTLED = "throttled"
+    PERMANENT = "permanent"
+    REJECTED = "rejected"
+    UNEXPECTED = "unexpected"
+    CANCELLED = "cancelled"
+
+class DecisionWarning(str, enum.Enum):
+    """A warning attached to a decision."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    EXTENSION_BUDGET_DEPLETING = "extension_budget_depleting"
+
+class TransportFailure(str, enum.Enum):
+    """A transport failure of one attempt."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    TIMEOUT = "timeout"
+    CONNECT = "connect"
+    RESET = "reset"
+
+class ActionKind(str, enum.Enum):
+    """What poll_action() asks for."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    SEND = "send"
+    AWAIT_OUTCOME = "await_outcome"
+    STOP = "stop"
+
+class LeaseError(Exception):
+    """Base class of every error the leasebeat core reports."""
+
+    code: ClassVar[str]
+
+class InvalidConfig(LeaseError, ValueError):
+    """The configuration is out of range."""
+
+class InvalidArgument(LeaseError, ValueError):
+    """An argument is out of range."""
+
+class TimeWentBackwards(LeaseError, ValueError):
+    """An event's time is earlier than the previous event's time."""
+
+class NotOutstanding(LeaseError):
+    """The attempt id named is not the outstanding attempt."""
+
+class NotSent(LeaseError):
+    """An outcome was reported for an attempt never marked sent."""
+
+class AlreadySent(LeaseError):
+    """handle_sent() was called twice for the same attempt."""
+
+class Stopped(LeaseError):
+    """The heartbeat has stopped; a stop is final."""
+
+class InvalidKey(LeaseError):
+    """The key source produced an unusable idempotency key."""
+
+class RetryAfterError(ValueError):
+    """parse_retry_after() could not use the Retry-After values."""
+
+    reason: str
+
+@final
+class Numbers:
+    """The numbers behind one decision, in ms (int, inf or -inf; None = n/a)."""
+
+    NAMES: ClassVar[tuple[str, ...]]
+    @property
+    def rtt(self) -> _Ms | None: ...
+    @property
+    def max_rtt(self) -> _Ms | None: ...
+    @property
+    def lead_floor(self) -> _Ms | None: ...
+    @property
+    def attempt_budget(self) -> _Ms | None: ...
+    @property
+    def safety_margin(self) -> _Ms | None: ...
+    @property
+    def retry_reserve(self) -> _Ms | None: ...
+    @property
+    def next_delay(self) -> _Ms | None: ...
+    @property
+    def lead(self) -> _Ms | None: ...
+    @property
+    def retry_window(self) -> _Ms | None: ...
+    @property
+    def retry_delay(self) -> _Ms | None: ...
+    @property
+    def lead_min(self) -> _Ms | None: ...
+    @property
+    def grant(self) -> _Ms | None: ...
+    @property
+    def cadence(self) -> _Ms | None: ...
+    @property
+    def skips(self) -> _Ms | None: ...
+    def to_dict(self) -> dict[str, _Ms]: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+
+@final
+class Decision:
+    """One decision of the scheduler (immutable, hashable)."""
+
+    @property
+    def reservation_id(self) -> str | None: ...
+    @property
+    def next(self) -> Next: ...
+    @property
+    def at_ns(self) -> int | None: ...
+    @property
+    def key_use(self) -> KeyUse | None: ...
+    @property
+    def key_index(self) -> int | None: ...
+    @property
+    def reason(self) -> StopReason | None: ...
+    @property
+    def mode(self) -> Mode | None: ...
+    @property
+    def numbers(self) -> Numbers: ...
+    @property
+    def warnings(self) -> tuple[DecisionWarning, ...]: ...
+    @property
+    def outcome(self) -> OutcomeClass: ...
+    @property
+    def detail(self) -> str | None: ...
+    @property
+    def is_stop(self) -> bool: ...
+    def to_json(self) -> dict[str, Any]: ...
+    def to_json_str(self) -> str: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+
+@final
+class Attempt:
+    """One attempt to send (or in flight)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def kind(self) -> AttemptKind: ...
+    @property
+    def due_ns(self) -> int | None: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def key_index(self) -> int: ...
+    @property
+    def key_use(self) -> KeyUse: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def sent_ns(self) -> int | None: ...
+    @property
+    def is_zero_window_retry(self) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+
+@final
+class Action:
+    """What the caller must do now (result of Heartbeat.poll_action())."""
+
+    @property
+    def action(self) -> ActionKind: ...
+    @property
+    def attempt(self) -> Attempt | None: ...
+    @property
+    def reason(self) -> StopReason | None: ...
+    @property
+    def is_send(self) -> bool: ...
+    @property
+    def is_stop(self) -> bool: ...
+    @property
+    def kind(self) -> AttemptKind | None: ...
+    @property
+    def attempt_id(self) -> int | None: ...
+    @property
+    def due_ns(self) -> int | None: ...
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def key_index(self) -> int | None: ...
+    @property
+    def key_use(self) -> KeyUse | None: ...
+    @property
+    def body(self) -> bytes | None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+
+@final
+class Heartbeat:
+    """The heartbeat of one reservation: a sans-IO state machine."""
+
+    def __new__(
+        cls,
+        ttl_ms: int = 60000,
+        request_timeout_ms: int | None = None,
+        *,
+        create_request: Mapping[str, Any] | None = None,
+        key_prefix: str | None = None,
+    ) -> Heartbeat: ...
+    def poll_action(self) -> Action: ...
+    def poll_timeout(self) -> int | None: ...
+    def handle_sent(self, attempt_id: int, now_ns: int) -> None: ...
+    def handle_response(
+        self,
+        attempt_id: int,
+        now_ns: int,
+        status: int,
+        headers: _Headers | None = None,
+        body: _Bytes | None = None,
+        *,
+        timing_unknown: bool = False,
+    ) -> Decision: ...
+    def handle_failure(
+        self, attempt_id: int, now_ns: int, failure: TransportFailure | str
+    ) -> Decision: ...
+    def cancel(self, now_ns: int) -> Decision: ...
+    @property
+    def ttl_ms(self) -> int: ...
+    @property
+    def request_timeout_ms(self) -> int | None: ...
+    @property
+    def create_request(self) -> dict[str, Any]: ...
+    @property
+    def reservation_id(self) -> str | None: ...
+    @property
+    def stop_reason(self) -> StopReason | None: ...
+    @property
+    def is_stopped(self) -> bool: ...
+    @property
+    def mode(self) -> Mode | None: ...
+    @property
+    def max_rtt_ms(self) -> int: ...
+    @property
+    def last_decision(self) -> Decision | None: ...
+    @property
+    def attempt(self) -> Attempt | None: ...
+    @property
+    def last_event_ns(self) -> int: ...
+
+@final
+class PrimarySchedule:
+    """The primary schedule from one success (ms; inf = +infinity)."""
+
+    @property
+    def lead_floor(self) -> _Ms: ...
+    @property
+    def attempt_budget(self) -> _Ms: ...
+    @property
+    def safety_margin(self) -> _Ms: ...
+    @property
+    def retry_reserve(self) -> _Ms: ...
+    @property
+    def next_delay(self) -> _Ms: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+
+@final
+class RetryWindow:
+    """Lead, window and delay after a transient failure."""
+
+    @property
+    def lead(self) -> _Ms: ...
+    @property
+    def window(self) -> _Ms: ...
+    @property
+    def delay(self) -> int | None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+
+@final
+class FallbackCadence:
+    """The fallback cadence after an extension success."""
+
+    @property
+    def cadence(self) -> int: ...
+    @property
+    def hold(self) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+
+def primary_schedule(
+    remaining_ttl_ms: _Ms,
+    rtt_ms: _Ms | None,
+    request_timeout_ms: _Ms | None,
+    max_rtt_ms: _Ms,
+) -> PrimarySchedule: ...
+def retry_window(
+    lead_floor_ms: _Ms, elapsed_ms: _Ms, attempt_budget_ms: _Ms, safety_margin_ms: _Ms
+) -> RetryWindow: ...
+def parse_retry_after(values: str | bytes | Iterable[str | bytes]) -> int: ...
+def attempt_budget(request_timeout_ms: _Ms | None, max_rtt_ms: _Ms) -> _Ms: ...
+def safety_margin(max_rtt_ms: _Ms) -> _Ms: ...
+def retry_reserve(attempt_budget_ms: _Ms, safety_margin_ms: _Ms) -> _Ms: ...
+def hold_cadence(ttl_ms: _Ms) -> int: ...
+def fallback_cadence(grant_ms: int, elapsed_ms: _Ms, ttl_ms: _Ms) -> FallbackCadence: ...
+def fallback_skips(lead_min_ms: int, grant_ms: int, cadence_ms: _Ms) -> int: ...
+def ceil_ms(nanos: int) -> int: ...

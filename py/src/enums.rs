@@ -1,0 +1,177 @@
+//! String-valued enums (`class X(str, enum.Enum)`), built once at module
+//! initialization with the functional `enum.Enum` API. Members compare equal
+//! to their stable strings, e.g. `StopReason.CANCELLED == "cancelled"`.
+
+use leasebeat::{AttemptKind, KeyUse, Mode, OutcomeClass, StopReason, TransportFailure, Warning};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyType};
+
+/// The enums of the module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum E {
+    StopReason,
+    Mode,
+    KeyUse,
+    AttemptKind,
+    Next,
+    OutcomeClass,
+    DecisionWarning,
+    TransportFailure,
+    ActionKind,
+}
+
+const ALL: [E; 9] = [
+    E::StopReason,
+    E::Mode,
+    E::KeyUse,
+    E::AttemptKind,
+    E::Next,
+    E::OutcomeClass,
+    E::DecisionWarning,
+    E::TransportFailure,
+    E::ActionKind,
+];
+
+fn outcome_values() -> Vec<&'static str> {
+    // Exhaustive: a new core class fails to compile here until listed.
+    let all = |o: OutcomeClass| match o {
+        OutcomeClass::Success
+        | OutcomeClass::Ambiguous
+        | OutcomeClass::TransportFailure
+        | OutcomeClass::ServerError
+        | OutcomeClass::Throttled
+        | OutcomeClass::Permanent
+        | OutcomeClass::Rejected
+        | OutcomeClass::Unexpected
+        | OutcomeClass::Cancelled => o.as_str(),
+    };
+    [
+        OutcomeClass::Success,
+        OutcomeClass::Ambiguous,
+        OutcomeClass::TransportFailure,
+        OutcomeClass::ServerError,
+        OutcomeClass::Throttled,
+        OutcomeClass::Permanent,
+        OutcomeClass::Rejected,
+        OutcomeClass::Unexpected,
+        OutcomeClass::Cancelled,
+    ]
+    .into_iter()
+    .map(all)
+    .collect()
+}
+
+fn spec(e: E) -> (&'static str, Vec<&'static str>, &'static str) {
+    match e {
+        E::StopReason => (
+            "StopReason",
+            StopReason::ALL.iter().map(|r| r.as_str()).collect(),
+            "Why a heartbeat stopped. The values are the stable strings shared by every\n\
+             language binding (e.g. \"retry_window_exhausted\"); members compare equal to them.",
+        ),
+        E::Mode => (
+            "Mode",
+            vec![Mode::Primary.as_str(), Mode::Fallback.as_str()],
+            "Which algorithm decided: \"primary\" (the response carried remaining_ttl_ms)\n\
+             or \"fallback\" (it did not; the non-normative measured-grant fallback).",
+        ),
+        E::KeyUse => (
+            "KeyUse",
+            vec![KeyUse::New.as_str(), KeyUse::Same.as_str()],
+            "Whether an attempt uses a new idempotency key (\"new\", a new logical request)\n\
+             or exactly the previous attempt's key and body (\"same\", a retry).",
+        ),
+        E::AttemptKind => (
+            "AttemptKind",
+            vec![AttemptKind::Create.as_str(), AttemptKind::Extend.as_str()],
+            "The request an attempt makes: \"create\" (POST /v1/reservations) or \"extend\"\n\
+             (POST /v1/reservations/{id}/extend).",
+        ),
+        E::Next => (
+            "Next",
+            vec!["create", "extend", "stop"],
+            "What a decision says to do next: send a \"create\" (a create retry) or an\n\
+             \"extend\" attempt, or \"stop\" for good (see Decision.reason).",
+        ),
+        E::OutcomeClass => (
+            "OutcomeClass",
+            outcome_values(),
+            "How the core classified the outcome that led to a decision (\"success\",\n\
+             \"ambiguous\", \"transport_failure\", \"server_error\", \"throttled\",\n\
+             \"permanent\", \"rejected\", \"unexpected\", \"cancelled\").",
+        ),
+        E::DecisionWarning => (
+            "DecisionWarning",
+            vec![Warning::ExtensionBudgetDepleting.as_str()],
+            "A warning attached to a decision (stable strings). Only\n\
+             \"extension_budget_depleting\" exists: the fallback holds a fixed cadence and\n\
+             the server's extension budget will deplete.",
+        ),
+        E::TransportFailure => (
+            "TransportFailure",
+            vec![
+                TransportFailure::Timeout.as_str(),
+                TransportFailure::Connect.as_str(),
+                TransportFailure::Reset.as_str(),
+            ],
+            "A transport failure of one attempt (no HTTP response observed): \"timeout\"\n\
+             (the enforced per-attempt timeout fired), \"connect\" or \"reset\".",
+        ),
+        E::ActionKind => (
+            "ActionKind",
+            vec!["send", "await_outcome", "stop"],
+            "What poll_action() asks for: \"send\" the attempt (at its due time), \"await_outcome\"\n\
+             of the attempt in flight, or \"stop\" (the heartbeat has stopped for good).",
+        ),
+    }
+}
+
+static CLASSES: PyOnceLock<Vec<Py<PyType>>> = PyOnceLock::new();
+
+fn build(py: Python<'_>) -> PyResult<Vec<Py<PyType>>> {
+    let enum_cls = py.import("enum")?.getattr("Enum")?;
+    let str_type = py.get_type::<pyo3::types::PyString>();
+    let mut out = Vec::with_capacity(ALL.len());
+    for e in ALL {
+        let (name, values, doc) = spec(e);
+        let members = PyList::empty(py);
+        for v in values {
+            members.append((v.to_uppercase(), v))?;
+        }
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("module", "leasebeat")?;
+        kwargs.set_item("qualname", name)?;
+        kwargs.set_item("type", &str_type)?;
+        let cls = enum_cls.call((name, members), Some(&kwargs))?;
+        cls.setattr("__doc__", doc)?;
+        out.push(cls.cast_into::<PyType>().map_err(PyErr::from)?.unbind());
+    }
+    Ok(out)
+}
+
+fn classes(py: Python<'_>) -> PyResult<&'static Vec<Py<PyType>>> {
+    CLASSES.get_or_try_init(py, || build(py))
+}
+
+/// The class of enum `e`.
+pub fn class(py: Python<'_>, e: E) -> PyResult<Bound<'_, PyType>> {
+    let idx = ALL.iter().position(|x| *x == e).unwrap_or_default();
+    let cls = classes(py)?
+        .get(idx)
+        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("enum table incomplete"))?;
+    Ok(cls.bind(py).clone())
+}
+
+/// The member of enum `e` whose value is `value`.
+pub fn member<'py>(py: Python<'py>, e: E, value: &str) -> PyResult<Bound<'py, PyAny>> {
+    class(py, e)?.call1((value,))
+}
+
+/// Adds every enum class to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    for e in ALL {
+        m.add(spec(e).0, class(m.py(), e)?)?;
+    }
+    Ok(())
+}
