@@ -1,0 +1,92 @@
+// A small TypeScript consumer of the installed package, type-checked (never
+// run) by scripts/test-node.sh with `tsc --noEmit` against index.d.ts.
+import {
+  Heartbeat,
+  primarySchedule,
+  parseRetryAfter,
+  stopReasons,
+  errorCodes,
+  msToNs,
+  type Action,
+  type Attempt,
+  type Decision,
+  type ErrorCode,
+  type HeartbeatOptions,
+  type Numbers,
+  type ResponseInit,
+  type StopReason,
+  type TransportFailure
+} from 'leasebeat'
+
+/** Exhaustive over the stop reasons: a new reason is a compile error here. */
+export function describeStop (reason: StopReason): string {
+  switch (reason) {
+    case 'lease_too_short':
+    case 'retry_window_exhausted':
+    case 'no_progress':
+    case 'throttled':
+      return 'the lease could not be kept safely'
+    case 'expired':
+    case 'finalized':
+    case 'max_extensions':
+    case 'tenant_closed':
+    case 'not_found':
+    case 'rejected':
+    case 'unexpected_status':
+      return 'the server ended it'
+    case 'create_failed':
+    case 'create_rejected':
+    case 'no_reservation':
+      return 'no lease was created'
+    case 'cancelled':
+      return 'cancelled'
+    default: {
+      const never: never = reason
+      return never
+    }
+  }
+}
+
+export function isLeasebeatError (e: unknown, code: ErrorCode): boolean {
+  return e instanceof Error && (e as Error & { code?: unknown }).code === code
+}
+
+export function drive (now: () => bigint): Decision | null {
+  const options: HeartbeatOptions = { ttlMs: 60000, requestTimeoutMs: null, createRequest: { subject: { tenant: 'acme' } } }
+  const hb = new Heartbeat(options)
+  const action: Action = hb.pollAction()
+  if (action.type !== 'send' || action.attempt === null) return null
+  const attempt: Attempt = action.attempt
+  const due: bigint | null = attempt.dueNs
+  const body: Uint8Array = attempt.body
+  void due
+  void body
+  hb.handleSent(attempt.id, now())
+  const response: ResponseInit = { status: 200, headers: { 'retry-after': ['1'] }, body: new Uint8Array(0) }
+  const d: Decision = hb.handleResponse(attempt.id, response, performance.now())
+  const n: Numbers = d.numbers
+  const delay: number | bigint | undefined = n.nextDelay
+  void delay
+  const at: number | null = d.at
+  const atNs: bigint | null = d.atNs
+  void at
+  void atNs
+  if (d.next === 'stop' && d.reason !== null) describeStop(d.reason)
+  const failure: TransportFailure = 'timeout'
+  const f = hb.handleFailure(attempt.id, failure, now())
+  hb.close()
+  // @ts-expect-error: not a transport failure
+  hb.handleFailure(1, 'boom', 0)
+  // @ts-expect-error: times are numbers or bigints
+  hb.cancel('now')
+  // @ts-expect-error: ttlMs is required
+  void new Heartbeat({ requestTimeoutMs: 1000 })
+  return f
+}
+
+const s = primarySchedule(61500, 1500, 10000, 1500)
+export const nextDelay: number | bigint = s.nextDelay
+export const retryAfter: number | bigint | null = parseRetryAfter(['2']).ms
+export const reasons: StopReason[] = stopReasons()
+export const codes: ErrorCode[] = errorCodes()
+export const zero: bigint = msToNs(0)

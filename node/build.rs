@@ -1,0 +1,4 @@
+//! Sets up the linker flags a Node.js addon needs (napi-rs).
+fn main() {
+    napi_build::setup();
+}

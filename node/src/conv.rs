@@ -1,0 +1,503 @@
+//! Validation and conversion of JavaScript arguments.
+//!
+//! Every argument arrives as an untyped JavaScript value and is checked here,
+//! so that a wrong type is a `TypeError` and an out-of-range value a
+//! `RangeError`, both with code `ERR_LEASEBEAT_INVALID_ARGUMENT` and a message
+//! naming the argument. Nothing is coerced silently.
+
+use leasebeat as lb;
+use napi::bindgen_prelude::*;
+use napi::{JsValue, ValueType};
+use serde_json::{Map, Value};
+
+use crate::errors::{Fail, R};
+
+/// `Number.MAX_SAFE_INTEGER` (2^53 - 1).
+pub const MAX_SAFE: u64 = (1 << 53) - 1;
+
+/// 2^64 as an `f64`: the first number of nanoseconds that does not fit `u64`.
+const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+
+/// How deep a `createRequest` value may nest.
+const MAX_JSON_DEPTH: usize = 64;
+
+fn napi_fail(what: &str, e: &Error) -> Fail {
+    Fail::ty(format!("{what}: cannot read the value ({e})"))
+}
+
+fn type_of(v: &Unknown<'_>, what: &str) -> R<ValueType> {
+    v.get_type().map_err(|e| napi_fail(what, &e))
+}
+
+/// A short description of a value's type for error messages.
+fn describe(t: ValueType) -> &'static str {
+    match t {
+        ValueType::Undefined => "undefined",
+        ValueType::Null => "null",
+        ValueType::Boolean => "a boolean",
+        ValueType::Number => "a number",
+        ValueType::String => "a string",
+        ValueType::Symbol => "a symbol",
+        ValueType::Object => "an object",
+        ValueType::Function => "a function",
+        ValueType::External => "an external",
+        ValueType::BigInt => "a bigint",
+        ValueType::Unknown => "an unknown value",
+    }
+}
+
+/// Reads a value whose JavaScript type was checked to be `t`.
+fn read<T: FromNapiValue>(v: &Unknown<'_>, what: &str) -> R<T> {
+    // SAFETY: every caller checked the value's type first, and `T`'s
+    // conversion validates again where napi can fail.
+    unsafe { v.cast::<T>() }.map_err(|e| napi_fail(what, &e))
+}
+
+/// A number as `f64` (type already checked).
+fn number(v: &Unknown<'_>, what: &str) -> R<f64> {
+    read::<f64>(v, what)
+}
+
+/// A bigint as a sign and its magnitude, or a `RangeError` beyond 128 bits.
+fn bigint_parts(v: &Unknown<'_>, what: &str) -> R<(bool, u128)> {
+    let b = read::<BigInt>(v, what)?;
+    let (negative, magnitude, lossless) = b.get_u128();
+    let high_zero = b.words.iter().skip(2).all(|w| *w == 0);
+    if !(lossless || high_zero) {
+        return Err(Fail::range(format!("{what} is out of range")));
+    }
+    Ok((negative && magnitude != 0, magnitude))
+}
+
+fn bigint_u64(v: &Unknown<'_>, what: &str) -> R<u64> {
+    let (negative, magnitude) = bigint_parts(v, what)?;
+    if negative {
+        return Err(Fail::range(format!("{what} must not be negative")));
+    }
+    u64::try_from(magnitude)
+        .map_err(|_| Fail::range(format!("{what} must be at most 2^64-1, got {magnitude}n")))
+}
+
+fn bigint_i128(v: &Unknown<'_>, what: &str) -> R<i128> {
+    let (negative, magnitude) = bigint_parts(v, what)?;
+    let value =
+        i128::try_from(magnitude).map_err(|_| Fail::range(format!("{what} is out of range")))?;
+    Ok(if negative { -value } else { value })
+}
+
+/// A finite, non-negative, integral number at most 2^53-1.
+fn safe_u64(n: f64, what: &str) -> R<u64> {
+    if n.is_nan() {
+        return Err(Fail::range(format!("{what} must not be NaN")));
+    }
+    if !n.is_finite() {
+        return Err(Fail::range(format!("{what} must be finite, got {n}")));
+    }
+    if n < 0.0 {
+        return Err(Fail::range(format!("{what} must not be negative, got {n}")));
+    }
+    if n.fract() != 0.0 {
+        return Err(Fail::range(format!("{what} must be an integer, got {n}")));
+    }
+    if n > MAX_SAFE as f64 {
+        return Err(Fail::range(format!(
+            "{what} must be at most 2^53-1 as a number (pass a bigint for larger values), got {n}"
+        )));
+    }
+    Ok(n as u64)
+}
+
+/// Monotonic milliseconds (fractions allowed) to nanoseconds:
+/// `round(ms * 1e6)`, rejecting NaN, infinities, negatives and values whose
+/// nanoseconds do not fit `u64`.
+pub fn ms_to_ns(ms: f64, what: &str) -> R<u64> {
+    if ms.is_nan() {
+        return Err(Fail::range(format!("{what} must not be NaN")));
+    }
+    if !ms.is_finite() {
+        return Err(Fail::range(format!("{what} must be finite, got {ms}")));
+    }
+    if ms < 0.0 {
+        return Err(Fail::range(format!(
+            "{what} must not be negative, got {ms}"
+        )));
+    }
+    let ns = (ms * 1e6).round();
+    if ns >= TWO_POW_64 {
+        return Err(Fail::range(format!(
+            "{what} = {ms} ms overflows 64-bit nanoseconds"
+        )));
+    }
+    // 0 <= ns < 2^64 and integral: the cast is exact.
+    Ok(ns as u64)
+}
+
+/// A time: monotonic milliseconds as a number (fractions allowed, e.g.
+/// `performance.now()`), or nanoseconds as a bigint (e.g.
+/// `process.hrtime.bigint()`).
+pub fn time_ns(v: &Unknown<'_>, what: &str) -> R<u64> {
+    match type_of(v, what)? {
+        ValueType::Number => ms_to_ns(number(v, what)?, what),
+        ValueType::BigInt => bigint_u64(v, what),
+        t => Err(Fail::ty(format!(
+            "{what} must be a number (milliseconds) or a bigint (nanoseconds), got {}",
+            describe(t)
+        ))),
+    }
+}
+
+/// A non-negative integer: a safe-integer number or a bigint up to 2^64-1.
+pub fn integer_u64(v: &Unknown<'_>, what: &str) -> R<u64> {
+    match type_of(v, what)? {
+        ValueType::Number => safe_u64(number(v, what)?, what),
+        ValueType::BigInt => bigint_u64(v, what),
+        t => Err(Fail::ty(format!(
+            "{what} must be a number or a bigint, got {}",
+            describe(t)
+        ))),
+    }
+}
+
+/// A duration in milliseconds: a non-negative safe-integer number, a bigint
+/// up to 2^64-1, or `Infinity`; `Infinity` and `2n**64n-1n` both mean
+/// +infinity.
+pub fn duration_ms(v: &Unknown<'_>, what: &str) -> R<u64> {
+    if type_of(v, what)? == ValueType::Number {
+        let n = number(v, what)?;
+        if n == f64::INFINITY {
+            return Ok(lb::arith::INFINITE);
+        }
+    }
+    integer_u64(v, what)
+}
+
+/// A duration that may be `null` (unknown or unbounded).
+pub fn opt_duration_ms(v: &Unknown<'_>, what: &str) -> R<Option<u64>> {
+    match type_of(v, what)? {
+        ValueType::Null => Ok(None),
+        ValueType::Number | ValueType::BigInt => duration_ms(v, what).map(Some),
+        t => Err(Fail::ty(format!(
+            "{what} must be a number, a bigint or null, got {}",
+            describe(t)
+        ))),
+    }
+}
+
+/// A signed integer of milliseconds: a safe-integer number (negative
+/// allowed) or a bigint within 128 bits.
+pub fn signed_ms(v: &Unknown<'_>, what: &str) -> R<i128> {
+    match type_of(v, what)? {
+        ValueType::Number => {
+            let n = number(v, what)?;
+            let magnitude = safe_u64(n.abs(), what)?;
+            Ok(if n < 0.0 {
+                -i128::from(magnitude)
+            } else {
+                i128::from(magnitude)
+            })
+        }
+        ValueType::BigInt => bigint_i128(v, what),
+        t => Err(Fail::ty(format!(
+            "{what} must be a number or a bigint, got {}",
+            describe(t)
+        ))),
+    }
+}
+
+/// A string.
+pub fn string(v: &Unknown<'_>, what: &str) -> R<String> {
+    match type_of(v, what)? {
+        ValueType::String => read::<String>(v, what),
+        t => Err(Fail::ty(format!(
+            "{what} must be a string, got {}",
+            describe(t)
+        ))),
+    }
+}
+
+/// A transport failure name.
+pub fn transport_failure(v: &Unknown<'_>, what: &str) -> R<lb::TransportFailure> {
+    let s = string(v, what)?;
+    lb::TransportFailure::parse(&s).ok_or_else(|| {
+        Fail::range(format!(
+            "{what} must be 'timeout', 'connect' or 'reset', got {s:?}"
+        ))
+    })
+}
+
+/// A plain object (not null, not an array, not a function).
+fn object<'e>(v: &Unknown<'e>, what: &str) -> R<Object<'e>> {
+    let t = type_of(v, what)?;
+    let is_array = t == ValueType::Object && v.is_array().map_err(|e| napi_fail(what, &e))?;
+    if t != ValueType::Object || is_array {
+        let got = if is_array { "an array" } else { describe(t) };
+        return Err(Fail::ty(format!("{what} must be an object, got {got}")));
+    }
+    read::<Object<'e>>(v, what)
+}
+
+fn keys(o: &Object<'_>, what: &str) -> R<Vec<String>> {
+    Object::keys(o).map_err(|e| napi_fail(what, &e))
+}
+
+/// The property `name`, `None` when it is `undefined`.
+fn prop<'e>(o: &Object<'e>, name: &str, what: &str) -> R<Option<Unknown<'e>>> {
+    o.get::<Unknown<'e>>(name)
+        .map_err(|e| napi_fail(&format!("{what}.{name}"), &e))
+}
+
+fn only_keys(o: &Object<'_>, what: &str, allowed: &[&str]) -> R<()> {
+    for k in keys(o, what)? {
+        if !allowed.contains(&k.as_str()) {
+            return Err(Fail::ty(format!(
+                "{what} has an unknown property {k:?} (allowed: {})",
+                allowed.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Heartbeat options: the configuration and the optional key prefix.
+pub fn options(v: &Unknown<'_>) -> R<(lb::Config, Option<String>)> {
+    let what = "options";
+    let o = object(v, what)?;
+    only_keys(
+        &o,
+        what,
+        &["ttlMs", "requestTimeoutMs", "createRequest", "keyPrefix"],
+    )?;
+    let mut config = lb::Config::default();
+    match prop(&o, "ttlMs", what)? {
+        Some(t) => config.ttl_ms = integer_u64(&t, "options.ttlMs")?,
+        None => return Err(Fail::ty("options.ttlMs is required (e.g. 60000)")),
+    }
+    match prop(&o, "requestTimeoutMs", what)? {
+        Some(t) => config.request_timeout_ms = opt_duration_ms(&t, "options.requestTimeoutMs")?,
+        None => {
+            return Err(Fail::ty(
+                "options.requestTimeoutMs is required: the enforced per-attempt timeout in ms, or null when unbounded",
+            ));
+        }
+    }
+    if let Some(c) = prop(&o, "createRequest", what)? {
+        let what = "options.createRequest";
+        match json(&c, what, 0)? {
+            Value::Object(m) => config.create_request = m,
+            _ => return Err(Fail::ty(format!("{what} must be an object"))),
+        }
+    }
+    let prefix = match prop(&o, "keyPrefix", what)? {
+        Some(p) => Some(string(&p, "options.keyPrefix")?),
+        None => None,
+    };
+    Ok((config, prefix))
+}
+
+/// A JSON value: null, booleans, finite numbers, bigints within 64 bits,
+/// strings, arrays and plain objects; anything else is a `TypeError`.
+pub fn json(v: &Unknown<'_>, what: &str, depth: usize) -> R<Value> {
+    if depth > MAX_JSON_DEPTH {
+        return Err(Fail::range(format!(
+            "{what} nests deeper than {MAX_JSON_DEPTH} levels"
+        )));
+    }
+    match type_of(v, what)? {
+        ValueType::Null => Ok(Value::Null),
+        ValueType::Boolean => read::<bool>(v, what).map(Value::Bool),
+        ValueType::String => read::<String>(v, what).map(Value::String),
+        ValueType::Number => {
+            let n = number(v, what)?;
+            if !n.is_finite() {
+                return Err(Fail::range(format!("{what} must be finite, got {n}")));
+            }
+            if n.fract() == 0.0 && n.abs() <= MAX_SAFE as f64 {
+                Ok(Value::from(n as i64))
+            } else {
+                serde_json::Number::from_f64(n)
+                    .map(Value::Number)
+                    .ok_or_else(|| Fail::range(format!("{what} is not a JSON number")))
+            }
+        }
+        ValueType::BigInt => {
+            let i = bigint_i128(v, what)?;
+            if let Ok(u) = u64::try_from(i) {
+                Ok(Value::from(u))
+            } else if let Ok(s) = i64::try_from(i) {
+                Ok(Value::from(s))
+            } else {
+                Err(Fail::range(format!("{what} = {i}n does not fit 64 bits")))
+            }
+        }
+        ValueType::Object if v.is_array().map_err(|e| napi_fail(what, &e))? => {
+            let a = read::<Array<'_>>(v, what)?;
+            let mut out = Vec::with_capacity(a.len() as usize);
+            for i in 0..a.len() {
+                let w = format!("{what}[{i}]");
+                match a.get::<Unknown<'_>>(i).map_err(|e| napi_fail(&w, &e))? {
+                    Some(item) => out.push(json(&item, &w, depth + 1)?),
+                    None => return Err(Fail::ty(format!("{w} must not be undefined"))),
+                }
+            }
+            Ok(Value::Array(out))
+        }
+        ValueType::Object => {
+            let o = object(v, what)?;
+            let mut out = Map::new();
+            for k in keys(&o, what)? {
+                let w = format!("{what}.{k}");
+                match prop(&o, &k, what)? {
+                    Some(item) => {
+                        out.insert(k, json(&item, &w, depth + 1)?);
+                    }
+                    None => return Err(Fail::ty(format!("{w} must not be undefined"))),
+                }
+            }
+            Ok(Value::Object(out))
+        }
+        t => Err(Fail::ty(format!(
+            "{what} must be JSON data, got {}",
+            describe(t)
+        ))),
+    }
+}
+
+/// Bytes of a body: a string (UTF-8), a `Buffer`/`Uint8Array`, or an
+/// `ArrayBuffer`.
+fn body_bytes(v: &Unknown<'_>, what: &str) -> R<Vec<u8>> {
+    let t = type_of(v, what)?;
+    let err = |e: Error| napi_fail(what, &e);
+    if t == ValueType::String {
+        return Ok(read::<String>(v, what)?.into_bytes());
+    }
+    if t == ValueType::Object {
+        if v.is_typedarray().map_err(err)? {
+            let ta = read::<TypedArray<'_>>(v, what)?;
+            if ta.typed_array_type != TypedArrayType::Uint8 {
+                return Err(Fail::ty(format!(
+                    "{what} must be a Buffer or Uint8Array, got another typed array"
+                )));
+            }
+            return Ok(read::<Uint8ArraySlice<'_>>(v, what)?.to_vec());
+        }
+        if v.is_arraybuffer().map_err(err)? {
+            return Ok(read::<ArrayBuffer<'_>>(v, what)?.to_vec());
+        }
+    }
+    Err(Fail::ty(format!(
+        "{what} must be a string, a Buffer, a Uint8Array or an ArrayBuffer, got {}",
+        describe(t)
+    )))
+}
+
+/// Headers: a plain object mapping each name to a string or an array of
+/// strings (a repeated header).
+fn headers(v: &Unknown<'_>, what: &str) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
+    let o = object(v, what)?;
+    if let Some(entries) = prop(&o, "entries", what)? {
+        if type_of(&entries, what)? == ValueType::Function {
+            return Err(Fail::ty(format!(
+                "{what} must be a plain object of name to value(s); for a fetch Headers or a Map pass Object.fromEntries(headers)"
+            )));
+        }
+    }
+    let mut out = Vec::new();
+    for name in keys(&o, what)? {
+        let w = format!("{what}[{name:?}]");
+        let value = prop(&o, &name, what)?
+            .ok_or_else(|| Fail::ty(format!("{w} must be a string or an array of strings")))?;
+        let t = type_of(&value, &w)?;
+        if t == ValueType::String {
+            out.push((
+                name.clone().into_bytes(),
+                read::<String>(&value, &w)?.into_bytes(),
+            ));
+        } else if t == ValueType::Object && value.is_array().map_err(|e| napi_fail(&w, &e))? {
+            let a = read::<Array<'_>>(&value, &w)?;
+            for i in 0..a.len() {
+                let wi = format!("{w}[{i}]");
+                let item = a
+                    .get::<Unknown<'_>>(i)
+                    .map_err(|e| napi_fail(&wi, &e))?
+                    .ok_or_else(|| Fail::ty(format!("{wi} must be a string")))?;
+                out.push((name.clone().into_bytes(), string(&item, &wi)?.into_bytes()));
+            }
+        } else {
+            return Err(Fail::ty(format!(
+                "{w} must be a string or an array of strings, got {}",
+                describe(t)
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// A response: `{ status, headers?, body?, timingUnknown? }`.
+pub fn response(v: &Unknown<'_>) -> R<lb::Response> {
+    let what = "response";
+    let o = object(v, what)?;
+    only_keys(&o, what, &["status", "headers", "body", "timingUnknown"])?;
+    let status_v =
+        prop(&o, "status", what)?.ok_or_else(|| Fail::ty("response.status is required"))?;
+    let status = integer_u64(&status_v, "response.status")?;
+    let status = u16::try_from(status).map_err(|_| {
+        Fail::range(format!(
+            "response.status must be an HTTP status within 100..=999, got {status}"
+        ))
+    })?;
+    let mut r = lb::Response::new(status);
+    if let Some(h) = prop(&o, "headers", what)? {
+        if type_of(&h, what)? != ValueType::Null {
+            r.headers = headers(&h, "response.headers")?;
+        }
+    }
+    if let Some(b) = prop(&o, "body", what)? {
+        if type_of(&b, what)? != ValueType::Null {
+            r.body = body_bytes(&b, "response.body")?;
+        }
+    }
+    if let Some(t) = prop(&o, "timingUnknown", what)? {
+        match type_of(&t, what)? {
+            ValueType::Boolean => {
+                if read::<bool>(&t, "response.timingUnknown")? {
+                    r.timing = lb::Timing::Unknown;
+                }
+            }
+            other => {
+                return Err(Fail::ty(format!(
+                    "response.timingUnknown must be a boolean, got {}",
+                    describe(other)
+                )));
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// Retry-After header values: a string, an array of strings, or
+/// `null`/`undefined` for none.
+pub fn header_values(v: Option<&Unknown<'_>>, what: &str) -> R<Vec<String>> {
+    let Some(v) = v else { return Ok(Vec::new()) };
+    let t = type_of(v, what)?;
+    match t {
+        ValueType::Undefined | ValueType::Null => Ok(Vec::new()),
+        ValueType::String => Ok(vec![read::<String>(v, what)?]),
+        ValueType::Object if v.is_array().map_err(|e| napi_fail(what, &e))? => {
+            let a = read::<Array<'_>>(v, what)?;
+            let mut out = Vec::with_capacity(a.len() as usize);
+            for i in 0..a.len() {
+                let wi = format!("{what}[{i}]");
+                let item = a
+                    .get::<Unknown<'_>>(i)
+                    .map_err(|e| napi_fail(&wi, &e))?
+                    .ok_or_else(|| Fail::ty(format!("{wi} must be a string")))?;
+                out.push(string(&item, &wi)?);
+            }
+            Ok(out)
+        }
+        _ => Err(Fail::ty(format!(
+            "{what} must be a string, an array of strings or null, got {}",
+            describe(t)
+        ))),
+    }
+}

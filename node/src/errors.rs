@@ -1,0 +1,179 @@
+//! JavaScript errors with stable `code` properties.
+//!
+//! Every failure of the addon is thrown as a JavaScript `Error`, `TypeError`
+//! or `RangeError` whose `code` is one of [`ErrorCode`]. Core error kinds map
+//! to `ERR_LEASEBEAT_<CORE_CODE_UPPER>` through an exhaustive match, so a new
+//! core kind is a compile error here until it is mapped.
+
+use leasebeat as lb;
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+/// Every `code` an error thrown by this package can carry. The strings are
+/// stable; the core's kinds appear as `ERR_LEASEBEAT_<CORE_CODE_UPPER>`.
+#[napi(string_enum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The configuration is out of range (`RangeError`), e.g. `ttlMs` outside
+    /// 1000..=86400000, or `createRequest` containing `idempotency_key`/`ttl_ms`.
+    #[napi(value = "ERR_LEASEBEAT_INVALID_CONFIG")]
+    InvalidConfig,
+    /// An argument has the wrong type (`TypeError`) or is out of range
+    /// (`RangeError`): NaN, negative, fractional where an integer is needed,
+    /// above 2^53-1 as a number, an HTTP status outside 100..=999, ...
+    #[napi(value = "ERR_LEASEBEAT_INVALID_ARGUMENT")]
+    InvalidArgument,
+    /// An event's time is earlier than the previous event's time (`Error`).
+    #[napi(value = "ERR_LEASEBEAT_TIME_WENT_BACKWARDS")]
+    TimeWentBackwards,
+    /// The attempt named is not the outstanding one: late, duplicate or
+    /// unknown (`Error`).
+    #[napi(value = "ERR_LEASEBEAT_NOT_OUTSTANDING")]
+    NotOutstanding,
+    /// An outcome was reported for an attempt never marked sent (`Error`).
+    #[napi(value = "ERR_LEASEBEAT_NOT_SENT")]
+    NotSent,
+    /// The attempt was already marked sent (`Error`).
+    #[napi(value = "ERR_LEASEBEAT_ALREADY_SENT")]
+    AlreadySent,
+    /// The heartbeat has stopped; a stop is final (`Error`).
+    #[napi(value = "ERR_LEASEBEAT_STOPPED")]
+    Stopped,
+    /// The key source produced an unusable key (`Error`).
+    #[napi(value = "ERR_LEASEBEAT_INVALID_KEY")]
+    InvalidKey,
+    /// The object was closed with `close()` (`Error`).
+    #[napi(value = "ERR_LEASEBEAT_CLOSED")]
+    Closed,
+    /// A previous call on this object panicked inside the native code; the
+    /// object is unusable (`Error`). Never expected: please report it.
+    #[napi(value = "ERR_LEASEBEAT_POISONED")]
+    Poisoned,
+}
+
+impl ErrorCode {
+    /// Every code, in a fixed order.
+    pub const ALL: [ErrorCode; 10] = [
+        ErrorCode::InvalidConfig,
+        ErrorCode::InvalidArgument,
+        ErrorCode::TimeWentBackwards,
+        ErrorCode::NotOutstanding,
+        ErrorCode::NotSent,
+        ErrorCode::AlreadySent,
+        ErrorCode::Stopped,
+        ErrorCode::InvalidKey,
+        ErrorCode::Closed,
+        ErrorCode::Poisoned,
+    ];
+
+    /// The stable string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidConfig => "ERR_LEASEBEAT_INVALID_CONFIG",
+            ErrorCode::InvalidArgument => "ERR_LEASEBEAT_INVALID_ARGUMENT",
+            ErrorCode::TimeWentBackwards => "ERR_LEASEBEAT_TIME_WENT_BACKWARDS",
+            ErrorCode::NotOutstanding => "ERR_LEASEBEAT_NOT_OUTSTANDING",
+            ErrorCode::NotSent => "ERR_LEASEBEAT_NOT_SENT",
+            ErrorCode::AlreadySent => "ERR_LEASEBEAT_ALREADY_SENT",
+            ErrorCode::Stopped => "ERR_LEASEBEAT_STOPPED",
+            ErrorCode::InvalidKey => "ERR_LEASEBEAT_INVALID_KEY",
+            ErrorCode::Closed => "ERR_LEASEBEAT_CLOSED",
+            ErrorCode::Poisoned => "ERR_LEASEBEAT_POISONED",
+        }
+    }
+
+    /// The code of a core error kind (exhaustive on purpose).
+    pub fn of_kind(kind: lb::ErrorKind) -> ErrorCode {
+        match kind {
+            lb::ErrorKind::InvalidConfig => ErrorCode::InvalidConfig,
+            lb::ErrorKind::InvalidArgument => ErrorCode::InvalidArgument,
+            lb::ErrorKind::TimeWentBackwards => ErrorCode::TimeWentBackwards,
+            lb::ErrorKind::NotOutstanding => ErrorCode::NotOutstanding,
+            lb::ErrorKind::NotSent => ErrorCode::NotSent,
+            lb::ErrorKind::AlreadySent => ErrorCode::AlreadySent,
+            lb::ErrorKind::Stopped => ErrorCode::Stopped,
+            lb::ErrorKind::InvalidKey => ErrorCode::InvalidKey,
+        }
+    }
+}
+
+/// The JavaScript class of a thrown error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// `Error`: a state or ordering problem.
+    Error,
+    /// `TypeError`: a value of the wrong type.
+    Type,
+    /// `RangeError`: a value of the right type outside its range.
+    Range,
+}
+
+/// A failure to be thrown into JavaScript.
+#[derive(Clone, Debug)]
+pub struct Fail {
+    class: Class,
+    code: ErrorCode,
+    message: String,
+}
+
+/// The result type of the conversion and call helpers.
+pub type R<T> = std::result::Result<T, Fail>;
+
+impl Fail {
+    /// A failure of this class and code.
+    pub fn new(class: Class, code: ErrorCode, message: impl Into<String>) -> Fail {
+        Fail {
+            class,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A `TypeError` with code `ERR_LEASEBEAT_INVALID_ARGUMENT`.
+    pub fn ty(message: impl Into<String>) -> Fail {
+        Fail::new(Class::Type, ErrorCode::InvalidArgument, message)
+    }
+
+    /// A `RangeError` with code `ERR_LEASEBEAT_INVALID_ARGUMENT`.
+    pub fn range(message: impl Into<String>) -> Fail {
+        Fail::new(Class::Range, ErrorCode::InvalidArgument, message)
+    }
+
+    /// The failure of a core error: `RangeError` for invalid configuration
+    /// and arguments, `Error` for everything else.
+    pub fn core(e: &lb::Error) -> Fail {
+        let code = ErrorCode::of_kind(e.kind());
+        let class = match e.kind() {
+            lb::ErrorKind::InvalidConfig | lb::ErrorKind::InvalidArgument => Class::Range,
+            lb::ErrorKind::TimeWentBackwards
+            | lb::ErrorKind::NotOutstanding
+            | lb::ErrorKind::NotSent
+            | lb::ErrorKind::AlreadySent
+            | lb::ErrorKind::Stopped
+            | lb::ErrorKind::InvalidKey => Class::Error,
+        };
+        Fail::new(class, code, e.message())
+    }
+
+    /// Throws this failure as a pending JavaScript exception and returns the
+    /// napi error that tells the generated glue an exception is pending.
+    pub fn throw(self, env: &Env) -> Error {
+        // napi strings are C strings: an interior NUL would truncate.
+        let message = self.message.replace('\0', "\\0");
+        let code = Some(self.code.as_str());
+        let thrown = match self.class {
+            Class::Error => env.throw_error(&message, code),
+            Class::Type => env.throw_type_error(&message, code),
+            Class::Range => env.throw_range_error(&message, code),
+        };
+        match thrown {
+            Ok(()) => Error::from_status(Status::PendingException),
+            Err(e) => e,
+        }
+    }
+}
+
+/// Runs `f` and throws its failure, if any, into JavaScript.
+pub fn run<T>(env: &Env, f: impl FnOnce() -> R<T>) -> Result<T> {
+    f().map_err(|fail| fail.throw(env))
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Node.js stage: builds the addon (release), checks the committed generated
+# index.js/index.d.ts for drift, packs the package with `npm pack`, installs
+# the tarball into a fresh temporary project and runs the `node --test` suite
+# there against the installed package (every tests/vectors/*.json plus API
+# and bad-input tests), then type-checks a TypeScript consumer with tsc.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/leasebeat-node.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+
+echo "==> node $(node --version), npm $(npm --version)"
+(cd node && npm ci --no-audit --no-fund --loglevel=error)
+
+echo "==> building the addon (release) into a scratch directory"
+(cd node && npx --no-install napi build --platform --release --no-const-enum \
+  --output-dir "$work/gen" --js index.js --dts index.d.ts)
+
+echo "==> checking the committed index.js and index.d.ts for drift"
+drift=0
+for f in index.js index.d.ts; do
+  if ! diff -u "node/$f" "$work/gen/$f"; then
+    echo "node/$f differs from the generated file: run 'npm run build' in node/ and commit it" >&2
+    drift=1
+  fi
+done
+[ "$drift" -eq 0 ]
+
+echo "==> packing the package"
+stage="$work/stage"
+mkdir -p "$stage"
+cp node/package.json node/index.js node/index.mjs node/index.d.ts node/README.md "$stage/"
+cp "$work"/gen/leasebeat.*.node "$stage/"
+(cd "$stage" && npm pack --silent --pack-destination "$work" >/dev/null)
+tarball="$(ls "$work"/leasebeat-*.tgz)"
+tar -tzf "$tarball" | sed 's/^/    /'
+
+echo "==> installing the tarball into a fresh project"
+proj="$work/project"
+mkdir -p "$proj"
+cat > "$proj/package.json" <<'JSON'
+{ "name": "leasebeat-consumer", "version": "0.0.0", "private": true }
+JSON
+lossless="$(node -p "require('./node/package.json').devDependencies['lossless-json']")"
+(cd "$proj" && npm install --no-audit --no-fund --prefer-offline --loglevel=error \
+  --save-exact "$tarball" "lossless-json@$lossless")
+cp -R node/__test__ "$proj/__test__"
+
+echo "==> node --test against the installed package"
+log="$work/node-test.tap"
+status=0
+(cd "$proj" && LEASEBEAT_VECTORS_DIR="$repo/tests/vectors" LEASEBEAT_EXPECT_INSTALLED=1 \
+  node --test __test__/*.test.mjs __test__/*.test.cjs) >"$log" 2>&1 || status=$?
+if [ "$status" -ne 0 ]; then
+  grep -n -A30 '^not ok\|^    not ok' "$log" | head -200 || true
+fi
+tail -n 8 "$log"
+[ "$status" -eq 0 ]
+
+echo "==> tsc --noEmit: the TypeScript consumer against the installed index.d.ts"
+node node/node_modules/typescript/bin/tsc --version
+node node/node_modules/typescript/bin/tsc -p "$proj/__test__/tsconfig.json"
+echo "tsc: ok"
