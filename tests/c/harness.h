@@ -1,0 +1,28 @@
+/* Shared declarations of the C test program (replay.c, negative.c). */
+#ifndef LEASEBEAT_TEST_HARNESS_H
+#define LEASEBEAT_TEST_HARNESS_H
+
+#include <leasebeat.h>
+
+struct cJSON;
+
+/** Counts a passed check, or prints a failure line and counts it. */
+void check(int ok, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/** Response headers built from a vector. */
+typedef struct {
+    lb_header *items;
+    size_t count;
+} header_list;
+
+void headers_clear(header_list *h);
+int headers_from_json(header_list *h, const struct cJSON *obj);
+
+/** The negative, buffer, version and arithmetic tests (negative.c). */
+void run_api_tests(void);
+
+#endif
