@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use leasebeat::driver::ApiKey;
+use leasebeat::sim::Policy;
+use leasebeat_cli::{demo, run, serve};
 
 mod replay;
 
@@ -31,11 +34,156 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Run a reference Cycles server (create, extend, commit, release).
+    ///
+    /// Prints `listening on http://ADDR` on stdout first, then one
+    /// `LAPSE ...` line for every reservation that expires while still
+    /// ACTIVE (neither committed nor released). Runs until killed. Default
+    /// policy: additive extensions, no limits.
+    Serve {
+        /// Address to bind.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        bind: std::net::SocketAddr,
+        /// Per-extension grant cap (ms): each extension adds at most this.
+        #[arg(long)]
+        grant_cap_ms: Option<u64>,
+        /// Maximum lead (ms): an extension never moves expiry beyond now + this.
+        #[arg(long)]
+        max_lead_ms: Option<u64>,
+        /// Cap on the initial TTL (ms): a create's ttl_ms is reduced to this.
+        #[arg(long)]
+        initial_ttl_cap_ms: Option<u64>,
+        /// Maximum extensions per reservation (then 409 MAX_EXTENSIONS_EXCEEDED).
+        #[arg(long)]
+        max_extensions: Option<u32>,
+        /// Omit remaining_ttl_ms from responses (an older server).
+        #[arg(long)]
+        omit_remaining: bool,
+        #[arg(long = "fault", value_name = "RULE", long_help = serve::FAULT_HELP)]
+        /// Inject a fault (see --help for the grammar).
+        faults: Vec<String>,
+        /// Seed for probabilistic faults.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Append every request (and lapse) as one JSON line to this file.
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// Accept only this X-Cycles-API-Key (default: any non-empty key).
+        #[arg(long)]
+        api_key: Option<String>,
+        /// Epoch (ms) onto which the server's monotonic clock is mapped.
+        #[arg(long, default_value_t = serve::DEFAULT_EPOCH_MS)]
+        epoch_ms: u64,
+    },
+    /// Heartbeat one reservation against a Cycles server, printing each
+    /// decision as one JSON line, until the heartbeat stops or Ctrl-C.
+    ///
+    /// On Ctrl-C (SIGINT or SIGTERM) it cancels the heartbeat; when the
+    /// heartbeat has stopped it releases the reservation (unless
+    /// --no-release). Exit status: 0 after a cancel, 1 after any other stop,
+    /// 2 on bad arguments.
+    Run {
+        /// Base URL of the server, e.g. http://127.0.0.1:8080.
+        #[arg(long)]
+        url: String,
+        /// API key; defaults to the LEASEBEAT_API_KEY environment variable.
+        #[arg(long)]
+        api_key: Option<String>,
+        /// The create request as JSON (subject, action, estimate, ...),
+        /// without idempotency_key and ttl_ms.
+        #[arg(long)]
+        create: String,
+        /// Requested lease length and extend_by_ms (ms).
+        #[arg(long, default_value_t = leasebeat::DEFAULT_TTL_MS)]
+        ttl_ms: u64,
+        /// Per-attempt budget (ms), enforced.
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+        /// Do not release the reservation when the heartbeat stops.
+        #[arg(long)]
+        no_release: bool,
+    },
+    /// Real heartbeats against in-process reference servers: a set of short
+    /// scenarios (policies and faults), their timelines and a summary.
+    ///
+    /// Exit status 0 when every scenario ended as expected and no lease
+    /// lapsed without its client being told to stop; 1 otherwise.
+    Demo,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Replay { emit, files } => replay::run(&files, emit),
+        Command::Serve {
+            bind,
+            grant_cap_ms,
+            max_lead_ms,
+            initial_ttl_cap_ms,
+            max_extensions,
+            omit_remaining,
+            faults,
+            seed,
+            log,
+            api_key,
+            epoch_ms,
+        } => {
+            let faults = match faults
+                .iter()
+                .map(|f| serve::FaultRule::parse(f))
+                .collect::<Result<Vec<_>, _>>()
+            {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("leasebeat serve: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            serve::run(serve::ServeOptions {
+                bind,
+                policy: Policy {
+                    initial_ttl_cap_ms,
+                    grant_cap_ms,
+                    max_lead_ms,
+                    max_extensions,
+                    omit_remaining,
+                },
+                faults,
+                seed,
+                log,
+                api_key,
+                epoch_ms,
+                print_lapses: true,
+            })
+        }
+        Command::Run {
+            url,
+            api_key,
+            create,
+            ttl_ms,
+            timeout_ms,
+            no_release,
+        } => {
+            let Some(api_key) = api_key.or_else(|| std::env::var("LEASEBEAT_API_KEY").ok()) else {
+                eprintln!("leasebeat run: give --api-key or set LEASEBEAT_API_KEY");
+                return ExitCode::from(2);
+            };
+            let create = match serde_json::from_str::<serde_json::Value>(&create) {
+                Ok(serde_json::Value::Object(m)) => m,
+                _ => {
+                    eprintln!("leasebeat run: --create must be a JSON object");
+                    return ExitCode::from(2);
+                }
+            };
+            run::run(run::RunOptions {
+                url,
+                api_key: ApiKey::new(api_key),
+                create,
+                ttl_ms,
+                timeout_ms,
+                release: !no_release,
+            })
+        }
+        Command::Demo => demo::run(),
     }
 }

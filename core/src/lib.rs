@@ -47,6 +47,8 @@
 
 pub mod arith;
 mod decision;
+#[cfg(feature = "http")]
+pub mod driver;
 mod error;
 mod heartbeat;
 mod keys;

@@ -1,0 +1,9 @@
+//! The library half of the `leasebeat` command line: the reference server
+//! (`leasebeat serve`), the demo and `leasebeat run`, usable in-process by
+//! the integration tests.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod demo;
+pub mod run;
+pub mod serve;

@@ -1,0 +1,153 @@
+//! `leasebeat run`: heartbeat one reservation against any Cycles server.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::mpsc;
+
+use leasebeat::Config;
+use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event, clock};
+use serde_json::{Map, Value};
+
+/// Options of `leasebeat run`.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Base URL of the Cycles server.
+    pub url: String,
+    /// API key (never printed).
+    pub api_key: ApiKey,
+    /// The create request (subject, action, estimate, ...), without
+    /// `idempotency_key` and `ttl_ms`.
+    pub create: Map<String, Value>,
+    /// Lease length and extend_by_ms.
+    pub ttl_ms: u64,
+    /// Request budget.
+    pub timeout_ms: u64,
+    /// Release the reservation when the heartbeat stops.
+    pub release: bool,
+}
+
+/// The JSON line `leasebeat run` prints for an event (`t_ms` from `t0_ns`).
+pub fn event_json(event: &Event, t0_ns: u64) -> Value {
+    let t = |ns: u64| Value::from(ns.saturating_sub(t0_ns) as f64 / 1e6);
+    match event {
+        Event::Decision {
+            lease: _,
+            reservation_id,
+            attempt,
+            outcome,
+            observed_ns,
+            decision,
+        } => {
+            let mut m = Map::new();
+            m.insert("event".into(), "decision".into());
+            m.insert("t_ms".into(), t(*observed_ns));
+            m.insert("reservation_id".into(), reservation_id.clone().into());
+            if let Some(a) = attempt {
+                m.insert("attempt".into(), a.id.into());
+                m.insert("kind".into(), a.kind.as_str().into());
+                m.insert("key".into(), a.key.clone().into());
+            }
+            m.insert("outcome".into(), outcome.to_string().into());
+            m.insert("class".into(), decision.outcome.as_str().into());
+            if let Some(d) = &decision.detail {
+                m.insert("detail".into(), d.clone().into());
+            }
+            m.insert("decision".into(), Value::Object(decision.to_json()));
+            Value::Object(m)
+        }
+        Event::Stopped {
+            reservation_id,
+            reason,
+            at_ns,
+            ..
+        } => serde_json::json!({
+            "event": "stopped", "t_ms": t(*at_ns),
+            "reservation_id": reservation_id, "reason": reason.as_str(),
+        }),
+        Event::Error {
+            reservation_id,
+            error,
+            ..
+        } => serde_json::json!({
+            "event": "error", "reservation_id": reservation_id,
+            "code": error.kind().code(), "message": error.message(),
+        }),
+    }
+}
+
+/// Runs until the heartbeat stops or Ctrl-C (SIGINT/SIGTERM) cancels it;
+/// then releases the reservation unless told not to. Exit status 0 after a
+/// cancel, 1 after any other stop, 2 on bad arguments.
+pub fn run(opts: RunOptions) -> ExitCode {
+    let mut config = Config::new(opts.ttl_ms, Some(opts.timeout_ms));
+    config.create_request = opts.create;
+    let (driver, events) = match Driver::new(DriverConfig::new(opts.url, opts.api_key)) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("leasebeat run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let lease = match driver.start(config) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("leasebeat run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (sig_tx, sig_rx) = mpsc::channel::<()>();
+    if let Err(e) = ctrlc::set_handler(move || {
+        let _ = sig_tx.send(());
+    }) {
+        eprintln!(
+            "leasebeat run: cannot install the Ctrl-C handler ({e}); run until the heartbeat stops"
+        );
+    }
+    let t0 = clock::now_ns();
+    let mut stdout = std::io::stdout();
+    let mut reservation: Option<String> = None;
+    let mut cancelled = false;
+    let reason = loop {
+        if sig_rx.try_recv().is_ok() && !cancelled {
+            cancelled = true;
+            eprintln!("leasebeat run: interrupted; cancelling");
+            let _ = driver.cancel(lease);
+        }
+        let event = match events.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(e) => e,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+        };
+        let _ = writeln!(stdout, "{}", event_json(&event, t0));
+        let _ = stdout.flush();
+        match event {
+            Event::Decision { reservation_id, .. } => {
+                if reservation_id.is_some() {
+                    reservation = reservation_id;
+                }
+            }
+            Event::Stopped { reason, .. } => break Some(reason),
+            Event::Error { .. } => {}
+        }
+    };
+    if opts.release {
+        if let Some(id) = &reservation {
+            let outcome = match driver.release(id, Some("leasebeat run: heartbeat stopped")) {
+                Ok(r) => {
+                    serde_json::json!({"status": r.status, "body": String::from_utf8_lossy(&r.body)})
+                }
+                Err(f) => serde_json::json!({"failure": f.as_str()}),
+            };
+            let _ = writeln!(
+                stdout,
+                "{}",
+                serde_json::json!({"event": "release", "reservation_id": id, "result": outcome})
+            );
+        }
+    }
+    driver.shutdown();
+    match reason {
+        Some(leasebeat::StopReason::Cancelled) => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    }
+}

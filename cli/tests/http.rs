@@ -1,0 +1,860 @@
+//! Real heartbeats over HTTP on 127.0.0.1: the driver against
+//! `leasebeat serve` (started as a subprocess), asserting from the server's
+//! own request log.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event, LeaseHandle, Outcome};
+use leasebeat::{Config, KeyUse, Mode, Num, OutcomeClass, StopReason, TransportFailure};
+use serde_json::{Value, json};
+
+const KEY: &str = "test-key";
+
+static N: AtomicU32 = AtomicU32::new(0);
+
+struct Serve {
+    child: Child,
+    url: String,
+    log: PathBuf,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Serve {
+    fn start(args: &[&str]) -> Serve {
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let log = std::env::temp_dir().join(format!(
+            "leasebeat-http-test-{}-{n}.jsonl",
+            std::process::id()
+        ));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+            .arg("serve")
+            .arg("--log")
+            .arg(&log)
+            .arg("--api-key")
+            .arg(KEY)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn leasebeat serve");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        out.read_line(&mut first).expect("read the address line");
+        let url = first
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_owned();
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let l = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in out.lines() {
+                let Ok(line) = line else { break };
+                l.lock().unwrap().push(line);
+            }
+        });
+        Serve {
+            child,
+            url,
+            log,
+            lines,
+        }
+    }
+
+    fn entries(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let mut v: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("log line is JSON"))
+            .collect();
+        v.sort_by_key(|e| e["seq"].as_u64().unwrap_or(u64::MAX));
+        v
+    }
+
+    fn requests(&self, endpoint: &str, reservation: Option<&str>) -> Vec<Value> {
+        self.entries()
+            .into_iter()
+            .filter(|e| e["event"] == "request" && e["endpoint"] == endpoint)
+            .filter(|e| reservation.is_none_or(|r| e["reservation_id"] == r))
+            .collect()
+    }
+
+    fn lapses(&self) -> Vec<Value> {
+        self.entries()
+            .into_iter()
+            .filter(|e| e["event"] == "lapse")
+            .collect()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+fn config(ttl_ms: u64, timeout_ms: u64) -> Config {
+    let mut c = Config::new(ttl_ms, Some(timeout_ms));
+    c.create_request = json!({
+        "subject": {"tenant": "t"},
+        "action": {"kind": "k", "name": "n"},
+        "estimate": {"unit": "TOKENS", "amount": 7}
+    })
+    .as_object()
+    .cloned()
+    .unwrap();
+    c
+}
+
+/// Everything one lease did.
+#[derive(Default)]
+struct Run {
+    events: Vec<Event>,
+    stop: Option<StopReason>,
+    reservation_id: Option<String>,
+    extensions: u32,
+}
+
+impl Run {
+    fn decisions(
+        &self,
+    ) -> Vec<(
+        &Option<leasebeat::driver::AttemptReport>,
+        &Outcome,
+        &leasebeat::Decision,
+    )> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Decision {
+                    attempt,
+                    outcome,
+                    decision,
+                    ..
+                } => Some((attempt, outcome, decision.as_ref())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Collects the events of `lease` until it stops, cancelling it after
+/// `cancel_after` successful extensions; then releases the reservation.
+fn drive(
+    driver: &Driver,
+    events: &Receiver<Event>,
+    lease: LeaseHandle,
+    cancel_after: Option<u32>,
+) -> Run {
+    let mut run = Run::default();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut cancelled = false;
+    while run.stop.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "lease did not stop in time: {:?}",
+            run.events
+        );
+        let Ok(event) = events.recv_timeout(left) else {
+            continue;
+        };
+        assert_eq!(event.lease(), lease);
+        match &event {
+            Event::Decision {
+                reservation_id,
+                attempt,
+                decision,
+                ..
+            } => {
+                if reservation_id.is_some() {
+                    run.reservation_id.clone_from(reservation_id);
+                }
+                if decision.outcome == OutcomeClass::Success
+                    && attempt
+                        .as_ref()
+                        .is_some_and(|a| a.kind == leasebeat::AttemptKind::Extend)
+                {
+                    run.extensions += 1;
+                }
+                if cancel_after.is_some_and(|n| run.extensions >= n) && !cancelled {
+                    cancelled = true;
+                    driver.cancel(lease).unwrap();
+                }
+            }
+            Event::Stopped { reason, .. } => run.stop = Some(*reason),
+            Event::Error { error, .. } => panic!("core refused an input: {error}"),
+        }
+        run.events.push(event);
+    }
+    if let Some(id) = &run.reservation_id {
+        let r = driver.release(id, Some("test done")).expect("release");
+        assert!(
+            r.status == 200 || r.status == 410 || r.status == 409,
+            "release: {}",
+            r.status
+        );
+    }
+    run
+}
+
+fn one_lease(serve: &Serve, cfg: Config, cancel_after: Option<u32>) -> Run {
+    let (driver, events) = Driver::new(DriverConfig::new(&serve.url, ApiKey::new(KEY))).unwrap();
+    let lease = driver.start(cfg).unwrap();
+    let run = drive(&driver, &events, lease, cancel_after);
+    driver.shutdown();
+    run
+}
+
+fn body_key(e: &Value) -> String {
+    let body: Value = serde_json::from_str(e["body"].as_str().unwrap()).expect("body is JSON");
+    body["idempotency_key"].as_str().unwrap().to_owned()
+}
+
+/// The log's invariants for one reservation: every request carries the API
+/// key and a header key equal to the body key; a repeated key repeats the
+/// previous request byte for byte; every other key is fresh. Returns the
+/// extend entries.
+fn check_log(serve: &Serve, reservation_id: &str) -> Vec<Value> {
+    let creates = serve.requests("create", None);
+    for e in &creates {
+        assert_eq!(e["header_key"].as_str().unwrap(), body_key(e));
+    }
+    let extends = serve.requests("extend", Some(reservation_id));
+    let mut seen = std::collections::HashSet::new();
+    let mut prev: Option<&Value> = None;
+    for e in &extends {
+        assert_eq!(e["api_key_present"], true);
+        let key = body_key(e);
+        assert_eq!(
+            e["header_key"].as_str().unwrap(),
+            key,
+            "header key = body key"
+        );
+        match prev {
+            Some(p) if body_key(p) == key => {
+                assert_eq!(
+                    p["body"], e["body"],
+                    "a retry repeats the body byte for byte"
+                );
+            }
+            _ => assert!(
+                seen.insert(key.clone()),
+                "a new beat uses a fresh key: {key}"
+            ),
+        }
+        prev = Some(e);
+    }
+    extends
+}
+
+/// The driver's events agree with the log: a same-key attempt repeats the
+/// previous attempt's key; a new one uses a key never used before.
+fn check_events(run: &Run) {
+    let mut keys = std::collections::HashSet::new();
+    let mut last: Option<String> = None;
+    for (attempt, _, _) in run.decisions() {
+        let Some(a) = attempt else { continue };
+        match a.key_use {
+            KeyUse::Same => assert_eq!(last.as_deref(), Some(a.key.as_str())),
+            KeyUse::New => assert!(keys.insert(a.key.clone())),
+        }
+        last = Some(a.key.clone());
+    }
+}
+
+fn statuses(extends: &[Value]) -> Vec<Option<u64>> {
+    extends.iter().map(|e| e["status"].as_u64()).collect()
+}
+
+fn assert_no_lapse(serve: &Serve) {
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(serve.lapses().is_empty(), "lapses: {:?}", serve.lapses());
+    let lines = serve.lines.lock().unwrap();
+    assert!(!lines.iter().any(|l| l.starts_with("LAPSE")), "{lines:?}");
+}
+
+#[test]
+fn additive_beats_use_fresh_keys() {
+    let serve = Serve::start(&[]);
+    let run = one_lease(&serve, config(4_000, 400), Some(3));
+    assert_eq!(run.stop, Some(StopReason::Cancelled));
+    check_events(&run);
+    let id = run.reservation_id.clone().unwrap();
+    let extends = check_log(&serve, &id);
+    let ok: Vec<_> = extends.iter().filter(|e| e["status"] == 200).collect();
+    assert_eq!(ok.len(), 3, "{:?}", statuses(&extends));
+    for e in &extends {
+        let body: Value = serde_json::from_str(e["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["extend_by_ms"], 4_000);
+        assert_eq!(e["path"], format!("/v1/reservations/{id}/extend"));
+    }
+    let releases = serve.requests("release", Some(&id));
+    assert_eq!(releases.len(), 1);
+    assert_eq!(releases[0]["status"], 200);
+    assert_no_lapse(&serve);
+}
+
+fn policy_run(args: &[&str], beats: u32) -> (Serve, Run, Vec<Value>) {
+    let serve = Serve::start(args);
+    let run = one_lease(&serve, config(4_000, 400), Some(beats));
+    assert_eq!(run.stop, Some(StopReason::Cancelled), "{:?}", run.events);
+    check_events(&run);
+    let extends = check_log(&serve, run.reservation_id.as_deref().unwrap());
+    assert_eq!(
+        extends.iter().filter(|e| e["status"] == 200).count() as u32,
+        beats
+    );
+    assert_no_lapse(&serve);
+    (serve, run, extends)
+}
+
+#[test]
+fn max_lead_policy() {
+    let (_s, run, extends) = policy_run(&["--max-lead-ms", "4000"], 4);
+    // Every grant is clamped: remaining never exceeds the lead.
+    for e in extends.iter().filter(|e| e["status"] == 200) {
+        let r: Value = serde_json::from_str(e["response"].as_str().unwrap()).unwrap();
+        assert!(r["remaining_ttl_ms"].as_u64().unwrap() <= 4_000);
+    }
+    assert!(
+        run.decisions()
+            .iter()
+            .all(|(_, _, d)| d.mode != Some(Mode::Fallback))
+    );
+}
+
+#[test]
+fn grant_cap_policy() {
+    let (_s, _run, extends) = policy_run(&["--grant-cap-ms", "1500"], 3);
+    let exp: Vec<u64> = extends
+        .iter()
+        .filter(|e| e["status"] == 200)
+        .map(|e| {
+            let r: Value = serde_json::from_str(e["response"].as_str().unwrap()).unwrap();
+            r["expires_at_ms"].as_u64().unwrap()
+        })
+        .collect();
+    for w in exp.windows(2) {
+        assert_eq!(w[1] - w[0], 1_500, "each extension adds the cap");
+    }
+}
+
+#[test]
+fn initial_ttl_cap_policy() {
+    let (serve, run, _) = policy_run(&["--initial-ttl-cap-ms", "3000"], 2);
+    let create = &serve.requests("create", None)[0];
+    let r: Value = serde_json::from_str(create["response"].as_str().unwrap()).unwrap();
+    assert!(r["remaining_ttl_ms"].as_u64().unwrap() <= 3_000);
+    // 3000 ms of lead cannot hold a 3000 ms retry reserve: extend at once.
+    let (_, _, first) = run.decisions()[0];
+    assert_eq!(first.numbers.next_delay, Some(Num::Int(0)));
+}
+
+#[test]
+fn older_server_uses_fallback() {
+    let (serve, run, _) = policy_run(&["--omit-remaining"], 3);
+    assert!(
+        run.decisions()
+            .iter()
+            .any(|(_, _, d)| d.mode == Some(Mode::Fallback))
+    );
+    for e in serve.requests("extend", None) {
+        assert!(!e["response"].as_str().unwrap().contains("remaining_ttl_ms"));
+    }
+}
+
+#[test]
+fn extension_limit_stops_permanently() {
+    let serve = Serve::start(&["--max-lead-ms", "4000", "--max-extensions", "2"]);
+    let run = one_lease(&serve, config(4_000, 400), None);
+    assert_eq!(run.stop, Some(StopReason::MaxExtensions));
+    let extends = check_log(&serve, run.reservation_id.as_deref().unwrap());
+    assert_eq!(statuses(&extends), vec![Some(200), Some(200), Some(409)]);
+    assert!(
+        extends[2]["response"]
+            .as_str()
+            .unwrap()
+            .contains("MAX_EXTENSIONS_EXCEEDED")
+    );
+    assert_no_lapse(&serve);
+}
+
+/// The faulted extend and the next extend share key and body; returns them.
+fn faulted_then_retry(extends: &[Value]) -> (Value, Value) {
+    let i = extends
+        .iter()
+        .position(|e| !e["fault"].is_null())
+        .expect("a faulted request");
+    let (f, r) = (&extends[i], &extends[i + 1]);
+    assert_eq!(body_key(f), body_key(r), "the retry reuses the key");
+    assert_eq!(f["body"], r["body"], "the retry reuses the body");
+    (f.clone(), r.clone())
+}
+
+#[test]
+fn server_errors_are_retried_with_the_same_key() {
+    let serve = Serve::start(&["--max-lead-ms", "4000", "--fault", "extend:2-3=503"]);
+    let run = one_lease(&serve, config(4_000, 400), Some(3));
+    assert_eq!(run.stop, Some(StopReason::Cancelled));
+    check_events(&run);
+    let extends = check_log(&serve, run.reservation_id.as_deref().unwrap());
+    let st = statuses(&extends);
+    assert_eq!(
+        &st[..4],
+        &[Some(200), Some(503), Some(503), Some(200)],
+        "{st:?}"
+    );
+    assert_eq!(body_key(&extends[1]), body_key(&extends[2]));
+    assert_eq!(body_key(&extends[2]), body_key(&extends[3]));
+    assert_eq!(extends[1]["body"], extends[3]["body"]);
+    assert_no_lapse(&serve);
+}
+
+#[test]
+fn throttled_inside_the_window_waits_then_retries() {
+    let serve = Serve::start(&[
+        "--max-lead-ms",
+        "7000",
+        "--fault",
+        "extend:2=429,retry-after=1",
+    ]);
+    let run = one_lease(&serve, config(8_000, 2_500), Some(2));
+    assert_eq!(run.stop, Some(StopReason::Cancelled), "{:?}", run.events);
+    let extends = check_log(&serve, run.reservation_id.as_deref().unwrap());
+    let (f, r) = faulted_then_retry(&extends);
+    assert_eq!(f["status"], 429);
+    assert_eq!(r["status"], 200);
+    // Server clock: the retry came no sooner than Retry-After (generous slack).
+    let gap = r["arrived_ms"].as_u64().unwrap() - f["t_ms"].as_u64().unwrap();
+    assert!(gap >= 950, "retry after {gap} ms");
+    assert_no_lapse(&serve);
+}
+
+#[test]
+fn throttled_beyond_the_window_stops() {
+    let serve = Serve::start(&[
+        "--max-lead-ms",
+        "4000",
+        "--fault",
+        "extend:2=429,retry-after=30",
+    ]);
+    let run = one_lease(&serve, config(4_000, 400), None);
+    assert_eq!(run.stop, Some(StopReason::Throttled));
+    let extends = check_log(&serve, run.reservation_id.as_deref().unwrap());
+    assert_eq!(statuses(&extends), vec![Some(200), Some(429)]);
+    assert_no_lapse(&serve);
+}
+
+#[test]
+fn lost_response_is_recovered_by_same_key_replay() {
+    let serve = Serve::start(&["--max-lead-ms", "4000", "--fault", "extend:2=drop"]);
+    let run = one_lease(&serve, config(4_000, 400), Some(3));
+    assert_eq!(run.stop, Some(StopReason::Cancelled));
+    check_events(&run);
+    assert!(
+        run.decisions()
+            .iter()
+            .any(|(_, o, _)| **o == Outcome::Failure(TransportFailure::Reset))
+    );
+    let extends = check_log(&serve, run.reservation_id.as_deref().unwrap());
+    let (f, r) = faulted_then_retry(&extends);
+    assert_eq!(f["outcome"], "dropped");
+    assert_eq!(r["status"], 200);
+    assert_no_lapse(&serve);
+}
+
+#[test]
+fn slow_response_times_out_within_budget_and_replays() {
+    // A 2.5 s budget (308 ms detection slack); the server answers after 4 s.
+    let serve = Serve::start(&["--max-lead-ms", "7000", "--fault", "extend:2=delay=4000"]);
+    let run = one_lease(&serve, config(8_000, 2_500), Some(3));
+    assert_eq!(
+        run.stop,
+        Some(StopReason::Cancelled),
+        "{:#?}",
+        run.decisions()
+    );
+    check_events(&run);
+    let timeout = run
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::Decision {
+                attempt: Some(a),
+                outcome: Outcome::Failure(TransportFailure::Timeout),
+                observed_ns,
+                ..
+            } => Some(observed_ns - a.sent_ns),
+            _ => None,
+        })
+        .expect("a timeout");
+    assert!(timeout <= 2_500_000_000, "observed {timeout} ns after sent");
+    // The server logs the delayed request once it has answered it.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !serve
+        .requests("extend", None)
+        .iter()
+        .any(|e| !e["fault"].is_null())
+    {
+        assert!(
+            Instant::now() < until,
+            "the delayed request was never logged"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let extends = check_log(&serve, run.reservation_id.as_deref().unwrap());
+    let (f, r) = faulted_then_retry(&extends);
+    // The server applied the first one; the replay returns its expiry verbatim.
+    let fr: Value = serde_json::from_str(f["response"].as_str().unwrap()).unwrap();
+    let rr: Value = serde_json::from_str(r["response"].as_str().unwrap()).unwrap();
+    assert_eq!(fr["expires_at_ms"], rr["expires_at_ms"]);
+    assert_no_lapse(&serve);
+}
+
+#[test]
+fn malformed_success_is_ambiguous_and_retried() {
+    let serve = Serve::start(&["--max-lead-ms", "4000", "--fault", "extend:2=malformed"]);
+    let run = one_lease(&serve, config(4_000, 400), Some(3));
+    assert_eq!(run.stop, Some(StopReason::Cancelled));
+    assert!(
+        run.decisions()
+            .iter()
+            .any(|(_, _, d)| d.outcome == OutcomeClass::Ambiguous)
+    );
+    let extends = check_log(&serve, run.reservation_id.as_deref().unwrap());
+    let (f, r) = faulted_then_retry(&extends);
+    assert_eq!(f["status"], 200);
+    assert_eq!(r["status"], 200);
+    assert_no_lapse(&serve);
+}
+
+/// (successful extends, proven expiry on the driver clock, stop)
+type KillState = (u32, u64, Option<(StopReason, u64)>);
+
+#[test]
+fn killing_the_server_stops_every_lease_before_its_lead_runs_out() {
+    let mut serve = Serve::start(&["--max-lead-ms", "4000"]);
+    let (driver, events) = Driver::new(DriverConfig::new(&serve.url, ApiKey::new(KEY))).unwrap();
+    let leases: Vec<LeaseHandle> = (0..3)
+        .map(|_| driver.start(config(4_000, 400)).unwrap())
+        .collect();
+    // Per lease: (successful extends, proven expiry on the driver clock, stop).
+    let mut state: std::collections::HashMap<LeaseHandle, KillState> =
+        leases.iter().map(|l| (*l, (0, 0, None))).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut killed = false;
+    while state.values().any(|s| s.2.is_none()) {
+        assert!(Instant::now() < deadline, "leases did not all stop");
+        if !killed && state.values().all(|s| s.0 >= 1) {
+            serve.kill();
+            killed = true;
+        }
+        let Ok(event) = events.recv_timeout(Duration::from_millis(100)) else {
+            continue;
+        };
+        let s = state.get_mut(&event.lease()).unwrap();
+        match event {
+            Event::Decision {
+                decision,
+                observed_ns,
+                attempt,
+                ..
+            } => {
+                if decision.outcome == OutcomeClass::Success {
+                    if attempt.is_some_and(|a| a.kind == leasebeat::AttemptKind::Extend) {
+                        s.0 += 1;
+                    }
+                    if let Some(Num::Int(lead)) = decision.numbers.lead_floor {
+                        s.1 = observed_ns + lead as u64 * 1_000_000;
+                    }
+                }
+            }
+            Event::Stopped { reason, at_ns, .. } => s.2 = Some((reason, at_ns)),
+            Event::Error { error, .. } => panic!("{error}"),
+        }
+    }
+    assert!(killed);
+    for (lease, (_, expiry, stop)) in state {
+        let (reason, at) = stop.unwrap();
+        assert_ne!(reason, StopReason::Cancelled, "{lease}");
+        assert!(
+            at <= expiry,
+            "{lease} stopped {reason} after its proven lead ran out"
+        );
+    }
+    driver.shutdown();
+}
+
+#[test]
+fn cancel_while_in_flight_ignores_the_late_response() {
+    // The first extend is held 2 s by the server; cancel while it hangs.
+    let serve = Serve::start(&["--max-lead-ms", "7000", "--fault", "extend:1=hold=2000"]);
+    let (driver, events) = Driver::new(DriverConfig::new(&serve.url, ApiKey::new(KEY))).unwrap();
+    let lease = driver.start(config(8_000, 2_500)).unwrap();
+    // A second lease on the same driver (another server) keeps beating.
+    let serve2 = Serve::start(&[]);
+    let other = driver
+        .start_heartbeat_at(
+            &serve2.url,
+            leasebeat::Heartbeat::new(config(4_000, 400)).unwrap(),
+        )
+        .unwrap();
+    let mut create_seen = false;
+    let mut stopped = false;
+    let mut after_stop = Vec::new();
+    let mut other_beats = 0;
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        let Ok(event) = events.recv_timeout(Duration::from_millis(50)) else {
+            continue;
+        };
+        if event.lease() == other {
+            if let Event::Decision { decision, .. } = &event {
+                if decision.outcome == OutcomeClass::Success {
+                    other_beats += 1;
+                }
+            }
+            continue;
+        }
+        if stopped {
+            after_stop.push(event);
+            continue;
+        }
+        match &event {
+            Event::Decision { decision, .. } if !create_seen => {
+                create_seen = true;
+                // The extend is due after this delay; cancel mid-flight.
+                let delay = decision.at_ns.unwrap()
+                    - leasebeat::driver::clock::now_ns().min(decision.at_ns.unwrap());
+                std::thread::sleep(Duration::from_nanos(delay) + Duration::from_millis(500));
+                driver.cancel(lease).unwrap();
+            }
+            Event::Stopped { reason, .. } => {
+                assert_eq!(*reason, StopReason::Cancelled);
+                stopped = true;
+            }
+            _ => {}
+        }
+    }
+    assert!(stopped);
+    assert!(
+        after_stop.is_empty(),
+        "events after the stop: {after_stop:?}"
+    );
+    assert!(
+        other_beats >= 2,
+        "the other lease kept beating: {other_beats}"
+    );
+    // The held extend was answered (late) by the server.
+    let held: Vec<Value> = serve
+        .requests("extend", None)
+        .into_iter()
+        .filter(|e| !e["fault"].is_null())
+        .collect();
+    assert_eq!(held.len(), 1);
+    driver.shutdown();
+}
+
+fn raw(url: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+    let addr = url.strip_prefix("http://").unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out[9..12].parse().unwrap();
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+#[test]
+fn reference_server_follows_the_protocol() {
+    let serve = Serve::start(&[]);
+    let u = &serve.url;
+    let create = r#"{"idempotency_key":"c1","ttl_ms":5000,"subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"estimate":{"unit":"TOKENS","amount":3}}"#;
+    let auth = ("X-Cycles-API-Key", KEY);
+    assert_eq!(raw(u, "/v1/reservations", &[], create).0, 401);
+    assert_eq!(
+        raw(
+            u,
+            "/v1/reservations",
+            &[("X-Cycles-API-Key", "wrong")],
+            create
+        )
+        .0,
+        401
+    );
+    let (st, r) = raw(
+        u,
+        "/v1/reservations",
+        &[auth, ("X-Idempotency-Key", "c1")],
+        create,
+    );
+    assert_eq!(st, 200);
+    let id = r["reservation_id"].as_str().unwrap().to_owned();
+    assert_eq!(r["decision"], "ALLOW");
+    // Same-key replay: same reservation.
+    let (_, r2) = raw(u, "/v1/reservations", &[auth], create);
+    assert_eq!(r2["reservation_id"], id.as_str());
+    let ext = |k: &str| format!(r#"{{"extend_by_ms":5000,"idempotency_key":"{k}"}}"#);
+    let path = format!("/v1/reservations/{id}/extend");
+    let (st, r) = raw(
+        u,
+        &path,
+        &[auth, ("X-Idempotency-Key", "other")],
+        &ext("e1"),
+    );
+    assert_eq!((st, r["error"].as_str()), (400, Some("INVALID_REQUEST")));
+    let (st, e1) = raw(u, &path, &[auth, ("X-Idempotency-Key", "e1")], &ext("e1"));
+    assert_eq!(st, 200);
+    assert_eq!(e1["status"], "ACTIVE");
+    let (_, again) = raw(u, &path, &[auth], &ext("e1"));
+    assert_eq!(again["expires_at_ms"], e1["expires_at_ms"]);
+    let (st, r) = raw(
+        u,
+        &path,
+        &[auth],
+        r#"{"extend_by_ms":1,"idempotency_key":"e1"}"#,
+    );
+    assert_eq!(
+        (st, r["error"].as_str()),
+        (409, Some("IDEMPOTENCY_MISMATCH"))
+    );
+    let (st, r) = raw(u, "/v1/reservations/nope/extend", &[auth], &ext("e2"));
+    assert_eq!((st, r["error"].as_str()), (404, Some("NOT_FOUND")));
+    let rel = format!("/v1/reservations/{id}/release");
+    let (st, r) = raw(u, &rel, &[auth], r#"{"idempotency_key":"r1"}"#);
+    assert_eq!((st, r["status"].as_str()), (200, Some("RELEASED")));
+    assert_eq!(r["released"]["amount"], 3);
+    let (st, _) = raw(u, &rel, &[auth], r#"{"idempotency_key":"r1"}"#);
+    assert_eq!(st, 200, "release replay");
+    let (st, r) = raw(u, &path, &[auth], &ext("e3"));
+    assert_eq!(
+        (st, r["error"].as_str()),
+        (409, Some("RESERVATION_FINALIZED"))
+    );
+    let (st, r) = raw(u, &rel, &[auth], r#"{"idempotency_key":"r2"}"#);
+    assert_eq!(
+        (st, r["error"].as_str()),
+        (409, Some("RESERVATION_FINALIZED"))
+    );
+    assert_no_lapse(&serve);
+}
+
+#[test]
+fn an_unattended_lease_is_reported_as_a_lapse() {
+    let serve = Serve::start(&[]);
+    let create = r#"{"idempotency_key":"c1","ttl_ms":1000,"subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"estimate":{"unit":"TOKENS","amount":3}}"#;
+    let (st, _) = raw(
+        &serve.url,
+        "/v1/reservations",
+        &[("X-Cycles-API-Key", KEY)],
+        create,
+    );
+    assert_eq!(st, 200);
+    let until = Instant::now() + Duration::from_secs(10);
+    while serve.lapses().is_empty() {
+        assert!(Instant::now() < until, "no LAPSE reported");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        serve
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.starts_with("LAPSE reservation_id=rsv-1"))
+    );
+}
+
+#[test]
+fn run_command_heartbeats_until_interrupted_then_releases() {
+    let serve = Serve::start(&["--max-lead-ms", "4000"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+        .args(["run", "--url", &serve.url, "--ttl-ms", "4000", "--timeout-ms", "400"])
+        .args(["--create", r#"{"subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"estimate":{"unit":"TOKENS","amount":1}}"#])
+        .env("LEASEBEAT_API_KEY", KEY)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    let mut decisions = 0;
+    while decisions < 3 {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "run ended early: {lines:?}"
+        );
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert!(!line.contains(KEY), "the API key is never printed");
+        if v["event"] == "decision" {
+            decisions += 1;
+        }
+        lines.push(v);
+    }
+    let ok = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {rest}");
+    let rest: Vec<Value> = rest
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        rest.iter()
+            .any(|v| v["event"] == "stopped" && v["reason"] == "cancelled"),
+        "{rest:?}"
+    );
+    let release = rest
+        .iter()
+        .find(|v| v["event"] == "release")
+        .expect("release line");
+    assert_eq!(release["result"]["status"], 200);
+    assert_no_lapse(&serve);
+}
+
+#[test]
+fn demo_runs_clean() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+        .arg("demo")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("== summary"));
+    assert!(stdout.contains(" 0 unreported lapses"), "{stdout}");
+}

@@ -1,0 +1,109 @@
+//! One HTTP exchange with ureq, mapped onto the core's inputs.
+
+use std::io;
+use std::time::Duration;
+
+use ureq::Agent;
+
+use super::clock;
+use crate::{Response, TransportFailure};
+
+/// The largest response body the driver reads (1 MiB); a longer body is a
+/// transport failure (`reset`): no complete response was observed.
+pub const MAX_BODY_BYTES: u64 = 1 << 20;
+
+/// Builds the agent every request shares: 4xx/5xx are responses, not errors;
+/// no redirects are followed (a 3xx reaches the core as it arrived); no proxy
+/// from the environment; no user agent surprises.
+pub(crate) fn agent() -> Agent {
+    Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .max_redirects_will_error(false)
+        .proxy(None)
+        .user_agent(concat!("leasebeat/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .new_agent()
+}
+
+/// One POST: `url`, API key header, idempotency key header (when given),
+/// JSON body, bounded by `timeout` end to end (connect, send, receive,
+/// body). Returns the complete response or the transport failure, and the
+/// monotonic time at which it was observed.
+pub(crate) fn post(
+    agent: &Agent,
+    url: &str,
+    api_key: &str,
+    idempotency_key: Option<&str>,
+    body: &[u8],
+    timeout: Duration,
+) -> (Result<Response, TransportFailure>, u64) {
+    let result = post_inner(agent, url, api_key, idempotency_key, body, timeout);
+    (result, clock::now_ns())
+}
+
+fn post_inner(
+    agent: &Agent,
+    url: &str,
+    api_key: &str,
+    idempotency_key: Option<&str>,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Response, TransportFailure> {
+    let mut request = agent
+        .post(url)
+        .header("X-Cycles-API-Key", api_key)
+        .header("Content-Type", "application/json");
+    if let Some(key) = idempotency_key {
+        request = request.header("X-Idempotency-Key", key);
+    }
+    let mut response = request
+        .config()
+        .timeout_global(Some(timeout))
+        .build()
+        .send(body)
+        .map_err(map_error)?;
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY_BYTES)
+        .read_to_vec()
+        .map_err(map_error)?;
+    Ok(Response {
+        status,
+        headers,
+        body,
+        timing: crate::Timing::Measured,
+    })
+}
+
+/// ureq error -> transport failure: timeouts are `Timeout`; refused
+/// connections, unreachable hosts and DNS failures are `Connect`; resets,
+/// early EOF, protocol errors and anything else are `Reset` (no complete
+/// response was observed).
+pub(crate) fn map_error(e: ureq::Error) -> TransportFailure {
+    match e {
+        ureq::Error::Timeout(_) => TransportFailure::Timeout,
+        ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => TransportFailure::Connect,
+        ureq::Error::Io(io) => map_io(&io),
+        _ => TransportFailure::Reset,
+    }
+}
+
+fn map_io(e: &io::Error) -> TransportFailure {
+    match e.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => TransportFailure::Timeout,
+        io::ErrorKind::ConnectionRefused
+        | io::ErrorKind::AddrNotAvailable
+        | io::ErrorKind::HostUnreachable
+        | io::ErrorKind::NetworkUnreachable
+        | io::ErrorKind::NotFound => TransportFailure::Connect,
+        _ => TransportFailure::Reset,
+    }
+}

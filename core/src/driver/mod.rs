@@ -1,0 +1,621 @@
+//! A real HTTP driver for many heartbeats at once (feature `http`).
+//!
+//! The core decides; this module only performs what it decides, with
+//! [ureq](https://docs.rs/ureq/3.5.2) over HTTP/1.1 (https through rustls
+//! with the ring provider and the webpki root certificates).
+//!
+//! * One **timer thread** owns every [`Heartbeat`]. It sends each attempt
+//!   when the core says it is due, feeds every outcome back to the core, and
+//!   turns every decision into an [`Event`] on the channel returned by
+//!   [`Driver::new`] (and a `tracing` record, target `leasebeat::driver`).
+//! * A **bounded worker pool** performs the HTTP exchanges, so a slow or
+//!   hanging server call for one lease never delays another lease's beat:
+//!   workers are started on demand up to [`DriverConfig::max_workers`]; the
+//!   core allows at most one attempt in flight per lease. (With more hanging
+//!   leases than workers, a queued attempt still reports on time: its
+//!   deadline runs from the moment it was marked sent.)
+//!
+//! ## Timing promises
+//!
+//! * **Clock.** All times come from [`clock::now_ns`]: `CLOCK_BOOTTIME` on
+//!   Linux (keeps counting through suspend), `std::time::Instant` elsewhere.
+//!   The timer thread never waits longer than
+//!   [`DriverConfig::max_timer_wait_ms`] at a time, so after a suspend it
+//!   notices overdue beats within that bound.
+//! * **Attempt budget.** Each attempt is bounded end to end (DNS, connect,
+//!   send, receive, body) by ureq's global timeout, set to the configured
+//!   `request_timeout_ms` *minus a detection slack* ([`detection_slack_ms`]:
+//!   it allows for Linux firing socket timeouts up to 1/8 late, plus 30 ms
+//!   of wake-up; about 11 % of the budget plus 30 ms), counted from the moment the attempt was marked
+//!   sent. A timed-out attempt is therefore observed no later than
+//!   `sent + request_timeout_ms`, never after: the retry window the core
+//!   computes is never spent by the driver's own lateness.
+//! * **Timer slack.** Beats are sent early by the timer thread's measured
+//!   slack: the largest recent oversleep of its waits, kept within 0.2 ms ..
+//!   20 ms (starting at 1 ms) and decaying by 1/8 per wake-up. Sending early
+//!   is the conservative direction (the core accepts it).
+//! * **Sent time.** An attempt is marked sent (`handle_sent`) when the timer
+//!   thread hands it to the pool, a little before the bytes leave: the round
+//!   trip the core measures is a little longer than the real one, again the
+//!   conservative direction.
+//!
+//! ## Requests
+//!
+//! `POST {base}/v1/reservations` (create) and
+//! `POST {base}/v1/reservations/{id}/extend`, each with `X-Cycles-API-Key`,
+//! `X-Idempotency-Key` (equal to the body's `idempotency_key`),
+//! `Content-Type: application/json` and exactly the body bytes the core
+//! produced ([`Attempt::body`](crate::Attempt::body)). Redirects are not
+//! followed and no proxy is taken from the environment. Any complete HTTP
+//! response (any status) goes to `handle_response`; a timeout is
+//! [`TransportFailure::Timeout`], a refused connection or DNS failure
+//! [`TransportFailure::Connect`], anything else (reset, early EOF, protocol
+//! error, body over 1 MiB) [`TransportFailure::Reset`].
+//!
+//! ## Stopping
+//!
+//! [`Driver::cancel`] ends one lease (a `cancelled` decision and a
+//! [`Event::Stopped`]); an attempt still in flight for it finishes in the
+//! pool and its outcome is ignored. [`Driver::shutdown`] (or dropping the
+//! driver) cancels every lease and joins every thread; it waits at most for
+//! the attempts in flight, each bounded by its budget.
+//!
+//! ```no_run
+//! use leasebeat::Config;
+//! use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event};
+//! let (driver, events) =
+//!     Driver::new(DriverConfig::new("http://127.0.0.1:7878", ApiKey::new("k"))).unwrap();
+//! let mut config = Config::new(60_000, Some(5_000));
+//! config.create_request = serde_json::from_str(
+//!     r#"{"subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},
+//!         "estimate":{"unit":"TOKENS","amount":1}}"#).unwrap();
+//! let lease = driver.start(config).unwrap();
+//! for event in events.iter() {
+//!     match event {
+//!         Event::Decision { decision, .. } => println!("{}", decision.to_json().len()),
+//!         Event::Stopped { reason, .. } => { println!("stopped: {reason}"); break }
+//!         Event::Error { error, .. } => eprintln!("{error}"),
+//!     }
+//! }
+//! # let _ = lease;
+//! driver.shutdown();
+//! ```
+
+pub mod clock;
+mod http;
+mod timer;
+
+use std::fmt;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::{
+    AttemptKind, Config, Decision, Error, ErrorKind, Heartbeat, KeyUse, Response, StopReason,
+    TransportFailure,
+};
+
+pub use http::MAX_BODY_BYTES;
+
+/// A Cycles API key. Its `Debug` form is redacted and it has no `Display`:
+/// the key is never printed by the driver.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> ApiKey {
+        ApiKey(key.into())
+    }
+
+    /// The key itself, for the request header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// How a [`Driver`] reaches the server.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    /// Base URL, e.g. `https://cycles.example.com` (a trailing `/` is
+    /// ignored); requests go to `{base_url}/v1/reservations...`.
+    pub base_url: String,
+    /// Sent as `X-Cycles-API-Key`.
+    pub api_key: ApiKey,
+    /// Largest number of worker threads performing HTTP exchanges (at
+    /// least 1). Default 16.
+    pub max_workers: usize,
+    /// Longest single wait of the timer thread, in ms (bounds how late a
+    /// beat is noticed after a system suspend). Default 100.
+    pub max_timer_wait_ms: u64,
+    /// Timeout of [`Driver::release`] and [`Driver::commit`] calls. Default
+    /// 5000 ms.
+    pub finalize_timeout_ms: u64,
+}
+
+impl DriverConfig {
+    /// A configuration with the defaults.
+    pub fn new(base_url: impl Into<String>, api_key: ApiKey) -> DriverConfig {
+        DriverConfig {
+            base_url: base_url.into(),
+            api_key,
+            max_workers: 16,
+            max_timer_wait_ms: 100,
+            finalize_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// Time the driver allows, within the budget, for a timeout to be
+/// *noticed*: thread wake-up after the socket timeout fires (ms).
+pub const WAKEUP_ALLOWANCE_MS: u64 = 30;
+
+/// The detection slack for a configured attempt budget, in ms: the driver
+/// hands ureq `budget - slack` so that a timeout is observed no later than
+/// `sent + budget`.
+///
+/// The enforced part is `(budget - 30) x 8/9` (at least 1 ms). Why 8/9:
+/// ureq waits for a response with `SO_RCVTIMEO`, which Linux implements on
+/// its timer wheel; the wheel fires a timer up to 1/8 of its length late
+/// (measured here: a 2375 ms read timeout fired after 2560 ms). An enforced
+/// `T` thus fires by `T x 9/8`, and 30 ms ([`WAKEUP_ALLOWANCE_MS`]) covers
+/// the worker's wake-up on a loaded machine. Examples: budget 400 ms ->
+/// slack 72 ms; 2500 -> 308; 10000 -> 1144.
+pub fn detection_slack_ms(budget_ms: u64) -> u64 {
+    let enforced = (budget_ms.saturating_sub(WAKEUP_ALLOWANCE_MS) / 9 * 8).max(1);
+    budget_ms.saturating_sub(enforced)
+}
+
+/// The driver's name for one lease (the reservation id is unknown until the
+/// create succeeds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseHandle(pub u64);
+
+impl fmt::Display for LeaseHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "lease-{}", self.0)
+    }
+}
+
+/// What produced a decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A complete HTTP response with this status.
+    Status(u16),
+    /// No response: a transport failure.
+    Failure(TransportFailure),
+    /// The caller cancelled (or the driver shut down).
+    Cancelled,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Status(s) => write!(f, "{s}"),
+            Outcome::Failure(t) => f.write_str(t.as_str()),
+            Outcome::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
+/// The attempt whose outcome a decision answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptReport {
+    /// The core's attempt id.
+    pub id: u64,
+    /// Create or extend.
+    pub kind: AttemptKind,
+    /// The idempotency key sent.
+    pub key: String,
+    /// New or same key.
+    pub key_use: KeyUse,
+    /// The key's index on this lease.
+    pub key_index: u32,
+    /// When it was marked sent (driver clock, ns).
+    pub sent_ns: u64,
+}
+
+/// What the driver tells its caller. Every decision and every stop arrives
+/// here; nothing is only logged.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// The core decided (after an outcome, or a cancel).
+    Decision {
+        /// Which lease.
+        lease: LeaseHandle,
+        /// The reservation id, once known.
+        reservation_id: Option<String>,
+        /// The attempt answered (`None` for a cancel).
+        attempt: Option<AttemptReport>,
+        /// What happened to it.
+        outcome: Outcome,
+        /// When the outcome was observed (driver clock, ns).
+        observed_ns: u64,
+        /// The decision itself.
+        decision: Box<Decision>,
+    },
+    /// The lease's heartbeat stopped for good (follows the stopping
+    /// decision; the last event of the lease).
+    Stopped {
+        /// Which lease.
+        lease: LeaseHandle,
+        /// The reservation id, once known.
+        reservation_id: Option<String>,
+        /// Why.
+        reason: StopReason,
+        /// When (driver clock, ns).
+        at_ns: u64,
+    },
+    /// The core refused an input the driver gave it (a driver bug, or a
+    /// clock anomaly). The lease is then cancelled: a `Decision` and a
+    /// `Stopped` event follow.
+    Error {
+        /// Which lease.
+        lease: LeaseHandle,
+        /// The reservation id, once known.
+        reservation_id: Option<String>,
+        /// The core's error.
+        error: Error,
+    },
+}
+
+impl Event {
+    /// The lease the event is about.
+    pub fn lease(&self) -> LeaseHandle {
+        match self {
+            Event::Decision { lease, .. }
+            | Event::Stopped { lease, .. }
+            | Event::Error { lease, .. } => *lease,
+        }
+    }
+}
+
+/// Why the driver refused a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriverError {
+    /// The core refused (e.g. an invalid configuration).
+    Core(Error),
+    /// The driver has shut down.
+    ShutDown,
+    /// The base URL is not `http://` or `https://`.
+    BadUrl(String),
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriverError::Core(e) => write!(f, "{e}"),
+            DriverError::ShutDown => f.write_str("the driver has shut down"),
+            DriverError::BadUrl(u) => {
+                write!(f, "base URL must start with http:// or https://: {u:?}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+impl From<Error> for DriverError {
+    fn from(e: Error) -> DriverError {
+        DriverError::Core(e)
+    }
+}
+
+fn check_base(url: &str) -> Result<String, DriverError> {
+    let base = url.trim_end_matches('/');
+    if base.starts_with("http://") || base.starts_with("https://") {
+        Ok(base.to_owned())
+    } else {
+        Err(DriverError::BadUrl(url.to_owned()))
+    }
+}
+
+pub(crate) enum Command {
+    Start(LeaseHandle, String, Box<Heartbeat>),
+    Cancel(LeaseHandle),
+    Done(timer::Completion),
+    Shutdown,
+}
+
+/// Runs heartbeats over HTTP: see the module documentation.
+pub struct Driver {
+    commands: Sender<Command>,
+    timer: Option<JoinHandle<()>>,
+    next_lease: std::sync::atomic::AtomicU64,
+    base: String,
+    api_key: ApiKey,
+    agent: ureq::Agent,
+    finalize_timeout: Duration,
+}
+
+impl fmt::Debug for Driver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("base", &self.base)
+            .field("api_key", &self.api_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    /// Starts the timer thread; returns the driver and the event channel.
+    pub fn new(config: DriverConfig) -> Result<(Driver, Receiver<Event>), DriverError> {
+        let base = check_base(&config.base_url)?;
+        let (commands, command_rx) = mpsc::channel();
+        let (events_tx, events) = mpsc::channel();
+        let agent = http::agent();
+        let state = timer::Timer::new(
+            config.api_key.clone(),
+            agent.clone(),
+            config.max_workers.max(1),
+            config.max_timer_wait_ms.max(1),
+            commands.clone(),
+            command_rx,
+            events_tx,
+        );
+        let timer = std::thread::Builder::new()
+            .name("leasebeat-timer".into())
+            .spawn(move || state.run())
+            .map_err(|e| DriverError::Core(Error::new(ErrorKind::InvalidConfig, e.to_string())))?;
+        Ok((
+            Driver {
+                commands,
+                timer: Some(timer),
+                next_lease: std::sync::atomic::AtomicU64::new(1),
+                base,
+                api_key: config.api_key,
+                agent,
+                finalize_timeout: Duration::from_millis(config.finalize_timeout_ms.max(1)),
+            },
+            events,
+        ))
+    }
+
+    /// Starts a heartbeat (create first) with random UUIDv4 keys, against
+    /// the configured base URL.
+    ///
+    /// `config.request_timeout_ms` must be finite: the driver enforces it.
+    pub fn start(&self, config: Config) -> Result<LeaseHandle, DriverError> {
+        self.start_heartbeat(Heartbeat::new(config)?)
+    }
+
+    /// Runs an existing heartbeat, which must be waiting to send (e.g. a
+    /// fresh [`Heartbeat::with_key_source`]), against the configured base URL.
+    pub fn start_heartbeat(&self, hb: Heartbeat) -> Result<LeaseHandle, DriverError> {
+        let base = self.base.clone();
+        self.start_heartbeat_at(&base, hb)
+    }
+
+    /// Like [`Driver::start_heartbeat`], against another server: one driver
+    /// can run leases on many servers (same API key).
+    pub fn start_heartbeat_at(
+        &self,
+        base_url: &str,
+        hb: Heartbeat,
+    ) -> Result<LeaseHandle, DriverError> {
+        let base = check_base(base_url)?;
+        match hb.config().request_timeout_ms {
+            Some(t) if t != u64::MAX && t > 0 => {}
+            _ => {
+                return Err(DriverError::Core(Error::new(
+                    ErrorKind::InvalidConfig,
+                    "the driver needs a finite request_timeout_ms: it enforces it",
+                )));
+            }
+        }
+        match hb.poll_action() {
+            crate::Action::Send(_) => {}
+            crate::Action::AwaitOutcome(a) => {
+                return Err(DriverError::Core(Error::new(
+                    ErrorKind::AlreadySent,
+                    format!("attempt {} is already in flight elsewhere", a.id),
+                )));
+            }
+            crate::Action::Stop(r) => {
+                return Err(DriverError::Core(Error::new(
+                    ErrorKind::Stopped,
+                    format!("the heartbeat has stopped ({r})"),
+                )));
+            }
+        }
+        let lease = LeaseHandle(
+            self.next_lease
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        );
+        self.commands
+            .send(Command::Start(lease, base, Box::new(hb)))
+            .map_err(|_| DriverError::ShutDown)?;
+        Ok(lease)
+    }
+
+    /// Cancels one lease: its `cancelled` decision and `Stopped` event follow
+    /// on the channel (nothing, if it had already stopped). Does not release
+    /// the reservation: see [`Driver::release`].
+    pub fn cancel(&self, lease: LeaseHandle) -> Result<(), DriverError> {
+        self.commands
+            .send(Command::Cancel(lease))
+            .map_err(|_| DriverError::ShutDown)
+    }
+
+    /// `POST {base}/v1/reservations/{id}/release` with a fresh key, now, on
+    /// the calling thread (bounded by `finalize_timeout_ms`).
+    pub fn release(
+        &self,
+        reservation_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Response, TransportFailure> {
+        self.release_at(&self.base, reservation_id, reason)
+    }
+
+    /// [`Driver::release`] on another server.
+    pub fn release_at(
+        &self,
+        base_url: &str,
+        reservation_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Response, TransportFailure> {
+        let mut body = Map::new();
+        if let Some(r) = reason {
+            body.insert("reason".into(), Value::from(r));
+        }
+        self.finalize(base_url, reservation_id, "release", body)
+    }
+
+    /// `POST {base}/v1/reservations/{id}/commit` with `actual` (an Amount
+    /// object) and a fresh key, on the calling thread.
+    pub fn commit(
+        &self,
+        reservation_id: &str,
+        actual: Value,
+    ) -> Result<Response, TransportFailure> {
+        let mut body = Map::new();
+        body.insert("actual".into(), actual);
+        let base = self.base.clone();
+        self.finalize(&base, reservation_id, "commit", body)
+    }
+
+    fn finalize(
+        &self,
+        base_url: &str,
+        reservation_id: &str,
+        verb: &str,
+        mut body: Map<String, Value>,
+    ) -> Result<Response, TransportFailure> {
+        let key = uuid::Uuid::new_v4().to_string();
+        body.insert("idempotency_key".into(), Value::from(key.clone()));
+        let bytes = serde_json::to_vec(&Value::Object(body)).expect("JSON serializes");
+        let url = format!(
+            "{}/v1/reservations/{}/{verb}",
+            base_url.trim_end_matches('/'),
+            timer::encode_segment(reservation_id)
+        );
+        let (result, _) = http::post(
+            &self.agent,
+            &url,
+            self.api_key.expose(),
+            Some(&key),
+            &bytes,
+            self.finalize_timeout,
+        );
+        tracing::info!(target: "leasebeat::driver", reservation_id, verb,
+            outcome = %match &result { Ok(r) => r.status.to_string(), Err(f) => f.as_str().to_owned() },
+            "finalize");
+        result
+    }
+
+    /// Cancels every lease (each gets its `cancelled` decision and `Stopped`
+    /// event), then joins the timer thread and every worker.
+    pub fn shutdown(mut self) {
+        self.stop_threads();
+    }
+
+    fn stop_threads(&mut self) {
+        if let Some(timer) = self.timer.take() {
+            let _ = self.commands.send(Command::Shutdown);
+            let _ = timer.join();
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_key_is_redacted() {
+        let key = ApiKey::new("sekrit-123");
+        assert_eq!(format!("{key:?}"), "ApiKey(<redacted>)");
+        let config = DriverConfig::new("http://127.0.0.1:1", key);
+        assert!(!format!("{config:?}").contains("sekrit"));
+        let (driver, _events) = Driver::new(config).unwrap();
+        assert!(!format!("{driver:?}").contains("sekrit"));
+        driver.shutdown();
+    }
+
+    #[test]
+    fn detection_slack_stays_below_the_budget() {
+        assert_eq!(detection_slack_ms(400), 72);
+        assert_eq!(detection_slack_ms(2_500), 308);
+        assert_eq!(detection_slack_ms(10_000), 1_144);
+        for b in [31, 100, 1_000, 60_000, 86_400_000] {
+            let s = detection_slack_ms(b);
+            let enforced = b - s;
+            assert!(
+                enforced >= 1 && enforced + enforced / 8 + WAKEUP_ALLOWANCE_MS <= b,
+                "{b}"
+            );
+        }
+        assert_eq!(detection_slack_ms(1), 0);
+    }
+
+    #[test]
+    fn segments_are_percent_encoded() {
+        assert_eq!(timer::encode_segment("rsv-1_a.b~"), "rsv-1_a.b~");
+        assert_eq!(timer::encode_segment("a/b c"), "a%2Fb%20c");
+    }
+
+    #[test]
+    fn refuses_bad_urls_and_unbounded_budgets() {
+        assert!(matches!(
+            Driver::new(DriverConfig::new("ftp://x", ApiKey::new("k"))),
+            Err(DriverError::BadUrl(_))
+        ));
+        let (driver, _events) =
+            Driver::new(DriverConfig::new("http://127.0.0.1:1", ApiKey::new("k"))).unwrap();
+        let err = driver.start(Config::new(60_000, None)).unwrap_err();
+        assert!(matches!(err, DriverError::Core(e) if e.kind() == ErrorKind::InvalidConfig));
+        driver.shutdown();
+    }
+
+    #[test]
+    fn connection_refused_is_a_connect_failure_and_the_create_stops() {
+        // Bind then drop a listener: its port now refuses connections.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let (driver, events) = Driver::new(DriverConfig::new(
+            format!("http://127.0.0.1:{port}"),
+            ApiKey::new("k"),
+        ))
+        .unwrap();
+        let lease = driver.start(Config::new(60_000, Some(1_000))).unwrap();
+        let mut outcomes = Vec::new();
+        let reason = loop {
+            match events
+                .recv_timeout(Duration::from_secs(20))
+                .expect("an event")
+            {
+                Event::Decision { outcome, .. } => outcomes.push(outcome),
+                Event::Stopped {
+                    lease: l, reason, ..
+                } => {
+                    assert_eq!(l, lease);
+                    break reason;
+                }
+                Event::Error { error, .. } => panic!("{error}"),
+            }
+        };
+        assert_eq!(reason, StopReason::CreateFailed);
+        assert_eq!(
+            outcomes,
+            vec![Outcome::Failure(TransportFailure::Connect); 2]
+        );
+        driver.shutdown();
+    }
+}
