@@ -89,10 +89,17 @@ enum Command {
         /// API key; defaults to the LEASEBEAT_API_KEY environment variable.
         #[arg(long)]
         api_key: Option<String>,
-        /// The create request as JSON (subject, action, estimate, ...),
-        /// without idempotency_key and ttl_ms.
+        /// Create a reservation and heartbeat it: the create request as JSON
+        /// (subject, action, estimate, ...), without idempotency_key and ttl_ms.
+        #[arg(
+            long,
+            required_unless_present = "reservation",
+            conflicts_with = "reservation"
+        )]
+        create: Option<String>,
+        /// Heartbeat an existing reservation (its first beat is an immediate extension).
         #[arg(long)]
-        create: String,
+        reservation: Option<String>,
         /// Requested lease length and extend_by_ms (ms).
         #[arg(long, default_value_t = leasebeat::DEFAULT_TTL_MS)]
         ttl_ms: u64,
@@ -160,6 +167,7 @@ fn main() -> ExitCode {
             url,
             api_key,
             create,
+            reservation,
             ttl_ms,
             timeout_ms,
             no_release,
@@ -168,17 +176,21 @@ fn main() -> ExitCode {
                 eprintln!("leasebeat run: give --api-key or set LEASEBEAT_API_KEY");
                 return ExitCode::from(2);
             };
-            let create = match serde_json::from_str::<serde_json::Value>(&create) {
-                Ok(serde_json::Value::Object(m)) => m,
-                _ => {
-                    eprintln!("leasebeat run: --create must be a JSON object");
-                    return ExitCode::from(2);
-                }
+            let start = match (create, reservation) {
+                (_, Some(id)) => run::Start::Reservation(id),
+                (Some(create), None) => match serde_json::from_str::<serde_json::Value>(&create) {
+                    Ok(serde_json::Value::Object(m)) => run::Start::Create(m),
+                    _ => {
+                        eprintln!("leasebeat run: --create must be a JSON object");
+                        return ExitCode::from(2);
+                    }
+                },
+                (None, None) => unreachable!("clap requires --create or --reservation"),
             };
             run::run(run::RunOptions {
                 url,
                 api_key: ApiKey::new(api_key),
-                create,
+                start,
                 ttl_ms,
                 timeout_ms,
                 release: !no_release,

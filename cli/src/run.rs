@@ -4,8 +4,8 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::mpsc;
 
-use leasebeat::Config;
 use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event, clock};
+use leasebeat::{Config, Heartbeat};
 use serde_json::{Map, Value};
 
 /// Options of `leasebeat run`.
@@ -15,15 +15,24 @@ pub struct RunOptions {
     pub url: String,
     /// API key (never printed).
     pub api_key: ApiKey,
-    /// The create request (subject, action, estimate, ...), without
-    /// `idempotency_key` and `ttl_ms`.
-    pub create: Map<String, Value>,
+    /// Create a reservation, or heartbeat an existing one.
+    pub start: Start,
     /// Lease length and extend_by_ms.
     pub ttl_ms: u64,
     /// Request budget.
     pub timeout_ms: u64,
     /// Release the reservation when the heartbeat stops.
     pub release: bool,
+}
+
+/// How `leasebeat run` gets its reservation.
+#[derive(Clone, Debug)]
+pub enum Start {
+    /// Create one: the create request (subject, action, estimate, ...),
+    /// without `idempotency_key` and `ttl_ms`.
+    Create(Map<String, Value>),
+    /// Heartbeat this existing reservation ([`Heartbeat::for_reservation`]).
+    Reservation(String),
 }
 
 /// The JSON line `leasebeat run` prints for an event (`t_ms` from `t0_ns`).
@@ -80,7 +89,24 @@ pub fn event_json(event: &Event, t0_ns: u64) -> Value {
 /// cancel, 1 after any other stop, 2 on bad arguments.
 pub fn run(opts: RunOptions) -> ExitCode {
     let mut config = Config::new(opts.ttl_ms, Some(opts.timeout_ms));
-    config.create_request = opts.create;
+    let mut reservation: Option<String> = None;
+    let hb = match opts.start {
+        Start::Create(create) => {
+            config.create_request = create;
+            Heartbeat::new(config)
+        }
+        Start::Reservation(id) => {
+            reservation = Some(id.clone());
+            Heartbeat::for_reservation(config, id)
+        }
+    };
+    let hb = match hb {
+        Ok(hb) => hb,
+        Err(e) => {
+            eprintln!("leasebeat run: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let (driver, events) = match Driver::new(DriverConfig::new(opts.url, opts.api_key)) {
         Ok(d) => d,
         Err(e) => {
@@ -88,7 +114,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let lease = match driver.start(config) {
+    let lease = match driver.start_heartbeat(hb) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("leasebeat run: {e}");
@@ -105,7 +131,6 @@ pub fn run(opts: RunOptions) -> ExitCode {
     }
     let t0 = clock::now_ns();
     let mut stdout = std::io::stdout();
-    let mut reservation: Option<String> = None;
     let mut cancelled = false;
     let reason = loop {
         if sig_rx.try_recv().is_ok() && !cancelled {
