@@ -12,12 +12,14 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 /**
  * The heartbeat of one reservation: a sans-IO state machine.
  *
- * It starts with a create attempt. Send what `pollAction()` asks for, report
- * it with `handleSent`, then report the outcome with `handleResponse` or
- * `handleFailure` (or end it with `cancel`), each with a monotonic time that
- * never goes backwards. Each outcome returns a `Decision`. A call that throws
- * changes nothing. Every method is synchronous and fast; none blocks the
- * event loop.
+ * It starts with a create attempt (`new Heartbeat(options)`), or, for a
+ * reservation created elsewhere, with an immediate extension
+ * (`Heartbeat.forReservation(reservationId, options)`). Send what
+ * `pollAction()` asks for, report it with `handleSent`, then report the
+ * outcome with `handleResponse` or `handleFailure` (or end it with
+ * `cancel`), each with a monotonic time that never goes backwards. Each
+ * outcome returns a `Decision`. A call that throws changes nothing. Every
+ * method is synchronous and fast; none blocks the event loop.
  *
  * Times are a `number` of monotonic milliseconds (fractions allowed, e.g.
  * `performance.now()`; converted with `ns = Math.round(ms * 1e6)`) or a
@@ -33,6 +35,25 @@ export declare class Heartbeat {
    * for values the core refuses (e.g. `ttlMs` outside 1000..=86400000).
    */
   constructor(options: HeartbeatOptions)
+  /**
+   * A heartbeat for a reservation created elsewhere (by another process,
+   * or by a create request you sent yourself): its first action is an
+   * immediate extension (attempt id 1, key index 1, due at 0) with a new
+   * key, instead of a create, and `reservationId` is set from the start.
+   *
+   * Until that first extension succeeds nothing proves any lead: its
+   * success anchors the schedule as a create's would, and a transient
+   * failure before it stops with `retry_window_exhausted`.
+   *
+   * `reservationId` must be a string of 1..=128 characters (Unicode code
+   * points, not UTF-16 units). Throws a `TypeError`
+   * (`ERR_LEASEBEAT_INVALID_ARGUMENT`) when it is not a string or the
+   * options are malformed, a `RangeError` (`ERR_LEASEBEAT_INVALID_ARGUMENT`)
+   * when it is empty or longer than 128 characters, and a `RangeError`
+   * (`ERR_LEASEBEAT_INVALID_CONFIG`) for values the core refuses (e.g.
+   * `ttlMs` outside 1000..=86400000).
+   */
+  static forReservation(reservationId: string, options: ForReservationOptions): Heartbeat
   /**
    * What the caller must do now: send an attempt, await its outcome, or
    * stop.
@@ -71,7 +92,10 @@ export declare class Heartbeat {
   close(): void
   /** True once `close()` was called. */
   get closed(): boolean
-  /** The reservation id, once a create succeeded; else `null`. */
+  /**
+   * The reservation id: once a create succeeded, or from the start for a
+   * heartbeat made by `Heartbeat.forReservation`; else `null`.
+   */
   get reservationId(): string | null
   /** The stop reason, once stopped; else `null`. */
   get stopReason(): StopReason | null
@@ -251,6 +275,30 @@ export interface FallbackCadence {
  * positive grant (`leadMinMs` and `grantMs` are signed ms).
  */
 export declare function fallbackSkips(leadMinMs: number | bigint, grantMs: number | bigint, cadenceMs: number | bigint): number | bigint
+
+/**
+ * The options of `Heartbeat.forReservation(reservationId, options)`: those
+ * of `HeartbeatOptions` without `createRequest` (nothing is created).
+ * Unknown properties are refused.
+ */
+export interface ForReservationOptions {
+  /**
+   * Requested lease length in ms: every extension's `extend_by_ms`.
+   * 1000..=86400000 (`DEFAULT_TTL_MS` is 60000).
+   */
+  ttlMs: number | bigint
+  /**
+   * The enforced upper bound of one complete attempt in ms (connect, write,
+   * read, failure detection); `null` (or `Infinity`) when unknown or
+   * unbounded, which makes the attempt budget infinite.
+   */
+  requestTimeoutMs: number | bigint | null
+  /**
+   * Deterministic keys `"<prefix>1"`, `"<prefix>2"`, ... instead of random
+   * UUIDv4 keys. For tests and replays only.
+   */
+  keyPrefix?: string
+}
 
 /** The options of `new Heartbeat(options)`. Unknown properties are refused. */
 export interface HeartbeatOptions {

@@ -370,12 +370,59 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeNew<'c>(
                 Err(_) => return Ok(arg_error("keyPrefix is not valid UTF-8")),
             },
         };
-        Ok(envelope(hb.map(|hb| {
-            let raw = Box::into_raw(Box::new(Handle { hb: Mutex::new(hb) }));
-            let mut w = W::ok();
-            w.u64(raw as usize as u64);
-            w
-        })))
+        Ok(handle_envelope(hb))
+    })
+}
+
+/// The envelope of a new heartbeat: OK with the handle (u64), or the error.
+fn handle_envelope(hb: Result<Heartbeat, leasebeat::Error>) -> Vec<u8> {
+    envelope(hb.map(|hb| {
+        let raw = Box::into_raw(Box::new(Handle { hb: Mutex::new(hb) }));
+        let mut w = W::ok();
+        w.u64(raw as usize as u64);
+        w
+    }))
+}
+
+/// `static native byte[] nativeForReservation(long ttlMs, long timeoutBits,
+/// boolean timeoutUnbounded, byte[] reservationId, byte[] keyPrefix)`: a
+/// heartbeat for an existing reservation (`Heartbeat::for_reservation`),
+/// whose first action is an immediate extension. OK payload is the handle
+/// (u64).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeForReservation<'c>(
+    env: EnvUnowned<'c>,
+    _class: JClass<'c>,
+    ttl_ms: jlong,
+    timeout_bits: jlong,
+    timeout_unbounded: jboolean,
+    reservation_id: JByteArray<'c>,
+    key_prefix: JByteArray<'c>,
+) -> JByteArray<'c> {
+    run(env, |env| {
+        let Some(reservation_id) = opt_bytes(env, &reservation_id)? else {
+            return Ok(arg_error("reservationId is null"));
+        };
+        let Ok(reservation_id) = String::from_utf8(reservation_id) else {
+            return Ok(arg_error("reservationId is not valid UTF-8"));
+        };
+        let key_prefix = opt_bytes(env, &key_prefix)?;
+        let config = Config::new(
+            u64_of(ttl_ms),
+            (!timeout_unbounded).then(|| u64_of(timeout_bits)),
+        );
+        let hb = match key_prefix {
+            None => Heartbeat::for_reservation(config, reservation_id),
+            Some(prefix) => match String::from_utf8(prefix) {
+                Ok(prefix) => Heartbeat::for_reservation_with_key_source(
+                    config,
+                    reservation_id,
+                    Box::new(SequentialKeys::new(prefix)),
+                ),
+                Err(_) => return Ok(arg_error("keyPrefix is not valid UTF-8")),
+            },
+        };
+        Ok(handle_envelope(hb))
     })
 }
 

@@ -244,6 +244,81 @@ describe('the heartbeat', () => {
   })
 })
 
+describe('an existing reservation (Heartbeat.forReservation)', () => {
+  const EXTEND_OK = '{"status":"ACTIVE","expires_at_ms":90000,"remaining_ttl_ms":60000}'
+
+  test('starts with an immediate extension, then schedules as after a create', () => {
+    const hb = Heartbeat.forReservation('rsv-9', { ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'k' })
+    assert.ok(hb instanceof Heartbeat)
+    const send = hb.pollAction()
+    assert.equal(send.type, 'send')
+    const a = send.attempt
+    assert.deepEqual([a.kind, a.id, a.key, a.keyIndex, a.keyUse, a.dueNs], ['extend', 1, 'k1', 1, 'new', 0n])
+    assert.equal(a.bodyText, '{"extend_by_ms":60000,"idempotency_key":"k1"}')
+    assert.equal(hb.reservationId, 'rsv-9')
+    assert.equal(hb.pollTimeout(), 0n)
+    assert.equal(hb.ttlMs, 60000)
+    assert.equal(hb.requestTimeoutMs, 10000)
+    hb.handleSent(1, 0)
+    const d = hb.handleResponse(1, { status: 200, body: EXTEND_OK }, 1000)
+    assert.equal(d.numbers.nextDelay, 59000 - 22000)
+    assert.equal(d.keyIndex, 2)
+    assert.equal(d.next, 'extend')
+    assert.equal(d.reservationId, 'rsv-9')
+  })
+
+  test('before any success nothing proves a lead: a transient failure stops', () => {
+    const hb = Heartbeat.forReservation('rsv-9', { ttlMs: 60000, requestTimeoutMs: 10000 })
+    assert.match(hb.pollAction().attempt.key, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    hb.handleSent(1, 0n)
+    const d = hb.handleFailure(1, 'timeout', 10_000_000_000n)
+    assert.equal(d.next, 'stop')
+    assert.equal(d.reason, 'retry_window_exhausted')
+    assert.equal(hb.stopReason, 'retry_window_exhausted')
+  })
+
+  test('without remaining_ttl_ms the first success is the fallback anchor', () => {
+    const hb = Heartbeat.forReservation('rsv-9', { ttlMs: 60000, requestTimeoutMs: 10000 })
+    hb.handleSent(1, 0n)
+    const d = hb.handleResponse(1, { status: 200, body: '{"status":"ACTIVE","expires_at_ms":90000}' }, 1_000_000n)
+    assert.equal(d.mode, 'fallback')
+    assert.equal(d.atNs, 1_000_000n)
+  })
+
+  test('the id counts characters (code points), 1..=128', () => {
+    const opts = { ttlMs: 60000, requestTimeoutMs: null }
+    assert.equal(Heartbeat.forReservation('x'.repeat(128), opts).reservationId, 'x'.repeat(128))
+    // 128 astral characters are 256 UTF-16 units, and still 128 characters.
+    const astral = '\u{1F600}'.repeat(128)
+    assert.equal(Heartbeat.forReservation(astral, opts).reservationId, astral)
+    throwsCode(() => Heartbeat.forReservation('\u{1F600}'.repeat(129), opts), RangeError, INVALID, /reservation_id/)
+  })
+
+  test('bad reservation ids', () => {
+    const opts = { ttlMs: 60000, requestTimeoutMs: 10000 }
+    throwsCode(() => Heartbeat.forReservation('', opts), RangeError, INVALID, /reservation_id must be 1\.\.=128 characters, got 0/)
+    throwsCode(() => Heartbeat.forReservation('x'.repeat(129), opts), RangeError, INVALID, /got 129/)
+    throwsCode(() => Heartbeat.forReservation(null, opts), TypeError, INVALID, /reservationId must be a string, got null/)
+    throwsCode(() => Heartbeat.forReservation(undefined, opts), TypeError, INVALID, /reservationId must be a string/)
+    throwsCode(() => Heartbeat.forReservation(9, opts), TypeError, INVALID, /reservationId/)
+    throwsCode(() => Heartbeat.forReservation(new String('rsv-9'), opts), TypeError, INVALID, /reservationId/)
+    throwsCode(() => Heartbeat.forReservation(), TypeError, INVALID, /reservationId/)
+  })
+
+  test('bad options', () => {
+    const ok = { ttlMs: 60000, requestTimeoutMs: 10000 }
+    throwsCode(() => Heartbeat.forReservation('rsv-9'), TypeError, INVALID, /options must be an object/)
+    throwsCode(() => Heartbeat.forReservation('rsv-9', null), TypeError, INVALID)
+    throwsCode(() => Heartbeat.forReservation('rsv-9', { requestTimeoutMs: 1000 }), TypeError, INVALID, /ttlMs is required/)
+    throwsCode(() => Heartbeat.forReservation('rsv-9', { ttlMs: 60000 }), TypeError, INVALID, /requestTimeoutMs is required/)
+    throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, createRequest: {} }), TypeError, INVALID, /unknown property "createRequest"/)
+    throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, ttlMs: 999 }), RangeError, 'ERR_LEASEBEAT_INVALID_CONFIG', /ttl_ms/)
+    throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, requestTimeoutMs: -1 }), RangeError, INVALID)
+    throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, keyPrefix: 7 }), TypeError, INVALID)
+    throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, keyPrefix: 'x'.repeat(300) }), Error, 'ERR_LEASEBEAT_INVALID_KEY')
+  })
+})
+
 describe('errors', () => {
   test('every error code is a stable ERR_LEASEBEAT_ string', () => {
     assert.deepEqual(lb.errorCodes(), [

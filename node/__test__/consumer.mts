@@ -11,6 +11,7 @@ import {
   type Attempt,
   type Decision,
   type ErrorCode,
+  type ForReservationOptions,
   type HeartbeatOptions,
   type Numbers,
   type ResponseInit,
@@ -82,6 +83,21 @@ export function drive (now: () => bigint): Decision | null {
   // @ts-expect-error: ttlMs is required
   void new Heartbeat({ requestTimeoutMs: 1000 })
   return f
+}
+
+/** A heartbeat for a reservation created elsewhere: it starts by extending it. */
+export function existing (reservationId: string): Heartbeat {
+  const options: ForReservationOptions = { ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'k' }
+  const hb: Heartbeat = Heartbeat.forReservation(reservationId, options)
+  const id: string | null = hb.reservationId
+  void id
+  // @ts-expect-error: the reservation id is a string
+  void Heartbeat.forReservation(9, options)
+  // @ts-expect-error: nothing is created, so there is no createRequest
+  void Heartbeat.forReservation(reservationId, { ...options, createRequest: {} })
+  // @ts-expect-error: the options are required
+  void Heartbeat.forReservation(reservationId)
+  return hb
 }
 
 const s = primarySchedule(61500, 1500, 10000, 1500)

@@ -260,13 +260,22 @@ fn only_keys(o: &Object<'_>, what: &str, allowed: &[&str]) -> R<()> {
 
 /// Heartbeat options: the configuration and the optional key prefix.
 pub fn options(v: &Unknown<'_>) -> R<(lb::Config, Option<String>)> {
+    options_with(
+        v,
+        &["ttlMs", "requestTimeoutMs", "createRequest", "keyPrefix"],
+    )
+}
+
+/// `Heartbeat.forReservation` options: as [`options`], without
+/// `createRequest` (nothing is created).
+pub fn reservation_options(v: &Unknown<'_>) -> R<(lb::Config, Option<String>)> {
+    options_with(v, &["ttlMs", "requestTimeoutMs", "keyPrefix"])
+}
+
+fn options_with(v: &Unknown<'_>, allowed: &[&str]) -> R<(lb::Config, Option<String>)> {
     let what = "options";
     let o = object(v, what)?;
-    only_keys(
-        &o,
-        what,
-        &["ttlMs", "requestTimeoutMs", "createRequest", "keyPrefix"],
-    )?;
+    only_keys(&o, what, allowed)?;
     let mut config = lb::Config::default();
     match prop(&o, "ttlMs", what)? {
         Some(t) => config.ttl_ms = integer_u64(&t, "options.ttlMs")?,

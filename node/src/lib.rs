@@ -559,6 +559,26 @@ pub struct HeartbeatOptions {
     pub key_prefix: Option<()>,
 }
 
+/// The options of `Heartbeat.forReservation(reservationId, options)`: those
+/// of `HeartbeatOptions` without `createRequest` (nothing is created).
+/// Unknown properties are refused.
+#[napi(object, object_from_js = false, object_to_js = false)]
+pub struct ForReservationOptions {
+    /// Requested lease length in ms: every extension's `extend_by_ms`.
+    /// 1000..=86400000 (`DEFAULT_TTL_MS` is 60000).
+    #[napi(ts_type = "number | bigint")]
+    pub ttl_ms: (),
+    /// The enforced upper bound of one complete attempt in ms (connect, write,
+    /// read, failure detection); `null` (or `Infinity`) when unknown or
+    /// unbounded, which makes the attempt budget infinite.
+    #[napi(ts_type = "number | bigint | null")]
+    pub request_timeout_ms: (),
+    /// Deterministic keys `"<prefix>1"`, `"<prefix>2"`, ... instead of random
+    /// UUIDv4 keys. For tests and replays only.
+    #[napi(ts_type = "string")]
+    pub key_prefix: Option<()>,
+}
+
 /// An HTTP response to the outstanding attempt, as raw as it arrived.
 /// Unknown properties are refused.
 #[napi(object, object_from_js = false, object_to_js = false)]
@@ -590,12 +610,14 @@ enum State {
 
 /// The heartbeat of one reservation: a sans-IO state machine.
 ///
-/// It starts with a create attempt. Send what `pollAction()` asks for, report
-/// it with `handleSent`, then report the outcome with `handleResponse` or
-/// `handleFailure` (or end it with `cancel`), each with a monotonic time that
-/// never goes backwards. Each outcome returns a `Decision`. A call that throws
-/// changes nothing. Every method is synchronous and fast; none blocks the
-/// event loop.
+/// It starts with a create attempt (`new Heartbeat(options)`), or, for a
+/// reservation created elsewhere, with an immediate extension
+/// (`Heartbeat.forReservation(reservationId, options)`). Send what
+/// `pollAction()` asks for, report it with `handleSent`, then report the
+/// outcome with `handleResponse` or `handleFailure` (or end it with
+/// `cancel`), each with a monotonic time that never goes backwards. Each
+/// outcome returns a `Decision`. A call that throws changes nothing. Every
+/// method is synchronous and fast; none blocks the event loop.
 ///
 /// Times are a `number` of monotonic milliseconds (fractions allowed, e.g.
 /// `performance.now()`; converted with `ns = Math.round(ms * 1e6)`) or a
@@ -645,6 +667,46 @@ impl Heartbeat {
                     lb::Heartbeat::with_key_source(config, Box::new(lb::SequentialKeys::new(p)))
                 }
                 None => lb::Heartbeat::new(config),
+            }
+            .map_err(|e| Fail::core(&e))?;
+            Ok(Heartbeat {
+                state: Mutex::new(State::Open(Box::new(hb))),
+            })
+        })
+    }
+
+    /// A heartbeat for a reservation created elsewhere (by another process,
+    /// or by a create request you sent yourself): its first action is an
+    /// immediate extension (attempt id 1, key index 1, due at 0) with a new
+    /// key, instead of a create, and `reservationId` is set from the start.
+    ///
+    /// Until that first extension succeeds nothing proves any lead: its
+    /// success anchors the schedule as a create's would, and a transient
+    /// failure before it stops with `retry_window_exhausted`.
+    ///
+    /// `reservationId` must be a string of 1..=128 characters (Unicode code
+    /// points, not UTF-16 units). Throws a `TypeError`
+    /// (`ERR_LEASEBEAT_INVALID_ARGUMENT`) when it is not a string or the
+    /// options are malformed, a `RangeError` (`ERR_LEASEBEAT_INVALID_ARGUMENT`)
+    /// when it is empty or longer than 128 characters, and a `RangeError`
+    /// (`ERR_LEASEBEAT_INVALID_CONFIG`) for values the core refuses (e.g.
+    /// `ttlMs` outside 1000..=86400000).
+    #[napi(factory, catch_unwind)]
+    pub fn for_reservation(
+        env: &Env,
+        #[napi(ts_arg_type = "string")] reservation_id: Unknown<'_>,
+        #[napi(ts_arg_type = "ForReservationOptions")] options: Unknown<'_>,
+    ) -> Result<Heartbeat> {
+        run(env, || {
+            let id = conv::string(&reservation_id, "reservationId")?;
+            let (config, prefix) = conv::reservation_options(&options)?;
+            let hb = match prefix {
+                Some(p) => lb::Heartbeat::for_reservation_with_key_source(
+                    config,
+                    id,
+                    Box::new(lb::SequentialKeys::new(p)),
+                ),
+                None => lb::Heartbeat::for_reservation(config, id),
             }
             .map_err(|e| Fail::core(&e))?;
             Ok(Heartbeat {
@@ -787,7 +849,8 @@ impl Heartbeat {
         }
     }
 
-    /// The reservation id, once a create succeeded; else `null`.
+    /// The reservation id: once a create succeeded, or from the start for a
+    /// heartbeat made by `Heartbeat.forReservation`; else `null`.
     #[napi(getter, catch_unwind)]
     pub fn reservation_id(&self, env: &Env) -> Result<Option<String>> {
         run(env, || {

@@ -13,7 +13,7 @@ use leasebeat::{
 };
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyString, PyType};
 
 use crate::convert::{
     from_json_object, to_bytes, to_headers, to_json_object, to_u16_status, to_u64,
@@ -33,7 +33,9 @@ use crate::types::{ActionData, PyAction, PyAttempt, PyDecision};
 /// makes keys deterministic (``"<prefix>1"``, ``"<prefix>2"``, ...) for tests;
 /// by default keys are random UUIDv4.
 ///
-/// It starts with a create attempt. Loop: ``poll_action()`` says what to send
+/// It starts with a create attempt; ``Heartbeat.for_reservation(...)`` instead
+/// heartbeats a reservation created elsewhere, starting with an immediate
+/// extension. Loop: ``poll_action()`` says what to send
 /// and when; call ``handle_sent(attempt_id, now_ns)`` when you send it, then
 /// ``handle_response(...)`` or ``handle_failure(...)`` with the outcome; each
 /// returns a Decision. ``cancel(now_ns)`` ends it. Every ``now_ns`` is a
@@ -80,6 +82,27 @@ impl PyHeartbeat {
     }
 }
 
+/// `request_timeout_ms`: None (or absent) = unknown/unbounded, else a u64.
+fn timeout_from(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    match v {
+        Some(t) if !t.is_none() => Ok(Some(to_u64(t, "request_timeout_ms")?)),
+        _ => Ok(None),
+    }
+}
+
+/// `key_prefix`: None (or absent) = random UUIDv4 keys, else a str.
+fn key_prefix_from(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    match v.filter(|k| !k.is_none()) {
+        Some(k) => Ok(Some(
+            k.cast::<PyString>()
+                .map_err(|_| type_error("key_prefix must be a str or None"))?
+                .to_str()?
+                .to_owned(),
+        )),
+        None => Ok(None),
+    }
+}
+
 fn failure_from(v: &Bound<'_, PyAny>) -> PyResult<TransportFailure> {
     let s = v.cast::<PyString>().map_err(|_| {
         type_error(
@@ -117,10 +140,7 @@ impl PyHeartbeat {
         create_request: Option<&Bound<'_, PyAny>>,
         key_prefix: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let timeout = match request_timeout_ms {
-            Some(t) if !t.is_none() => Some(to_u64(t, "request_timeout_ms")?),
-            _ => None,
-        };
+        let timeout = timeout_from(request_timeout_ms)?;
         let mut config = Config::new(ttl_ms.0, timeout);
         if let Some(cr) = create_request.filter(|c| !c.is_none()) {
             let d = cr
@@ -128,18 +148,58 @@ impl PyHeartbeat {
                 .map_err(|_| type_error("create_request must be a dict or None"))?;
             config.create_request = to_json_object(d, "create_request", 1)?;
         }
-        let prefix = match key_prefix.filter(|k| !k.is_none()) {
-            Some(k) => Some(
-                k.cast::<PyString>()
-                    .map_err(|_| type_error("key_prefix must be a str or None"))?
-                    .to_str()?
-                    .to_owned(),
-            ),
-            None => None,
-        };
-        let hb = match prefix {
+        let hb = match key_prefix_from(key_prefix)? {
             Some(p) => Heartbeat::with_key_source(config, Box::new(SequentialKeys::new(p))),
             None => Heartbeat::new(config),
+        }
+        .map_err(|e| core_error(py, e))?;
+        Ok(PyHeartbeat {
+            inner: Mutex::new(hb),
+        })
+    }
+
+    /// A heartbeat for a reservation created elsewhere (e.g. by another
+    /// process, or by a create you sent yourself): its first action is an
+    /// immediate extension (attempt id 1, key index 1, due at 0) with a new
+    /// key, instead of a create. ``reservation_id`` is the reservation's id,
+    /// a str of 1..=128 characters; ``ttl_ms``, ``request_timeout_ms`` and
+    /// ``key_prefix`` are as for ``Heartbeat(...)`` (there is no
+    /// ``create_request``: nothing is created).
+    ///
+    /// Until that first extension succeeds nothing proves any lead: its
+    /// success anchors the schedule as a create's would, and a transient
+    /// failure before it stops with ``StopReason.RETRY_WINDOW_EXHAUSTED``.
+    /// ``reservation_id`` (the property) is set from the start.
+    ///
+    /// Raises InvalidArgument (an empty or longer than 128 characters
+    /// ``reservation_id``), InvalidConfig (ttl_ms out of range), TypeError
+    /// (``reservation_id`` not a str, or a bad type for another argument).
+    #[classmethod]
+    #[pyo3(signature = (reservation_id, ttl_ms = TtlMs(DEFAULT_TTL_MS), request_timeout_ms = None, *, key_prefix = None))]
+    #[pyo3(
+        text_signature = "(reservation_id, ttl_ms=60000, request_timeout_ms=None, *, key_prefix=None)"
+    )]
+    fn for_reservation(
+        _cls: &Bound<'_, PyType>,
+        py: Python<'_>,
+        reservation_id: &Bound<'_, PyAny>,
+        ttl_ms: TtlMs,
+        request_timeout_ms: Option<&Bound<'_, PyAny>>,
+        key_prefix: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let id = reservation_id
+            .cast::<PyString>()
+            .map_err(|_| type_error("reservation_id must be a str"))?
+            .to_str()?
+            .to_owned();
+        let config = Config::new(ttl_ms.0, timeout_from(request_timeout_ms)?);
+        let hb = match key_prefix_from(key_prefix)? {
+            Some(p) => Heartbeat::for_reservation_with_key_source(
+                config,
+                id,
+                Box::new(SequentialKeys::new(p)),
+            ),
+            None => Heartbeat::for_reservation(config, id),
         }
         .map_err(|e| core_error(py, e))?;
         Ok(PyHeartbeat {
@@ -271,7 +331,8 @@ impl PyHeartbeat {
         from_json_object(py, &m)
     }
 
-    /// The reservation id, once a create succeeded (else None).
+    /// The reservation id: once a create succeeded, or from the start for a
+    /// heartbeat made by ``for_reservation`` (else None).
     #[getter]
     fn reservation_id(&self) -> PyResult<Option<String>> {
         self.read(|hb| hb.reservation_id().map(str::to_owned))

@@ -214,6 +214,78 @@ def test_create_request_and_keys() -> None:
     assert "Heartbeat" in repr(hb)
 
 
+# ------------------------------------------------------- existing reservation
+
+
+def test_an_existing_reservation_starts_with_an_extension() -> None:
+    ok = b'{"status":"ACTIVE","expires_at_ms":90000,"remaining_ttl_ms":60000}'
+    hb = Heartbeat.for_reservation("rsv-9", 60000, 10000, key_prefix="k")
+    a = hb.poll_action()
+    assert a.action is ActionKind.SEND and a.kind is AttemptKind.EXTEND
+    assert (a.attempt_id, a.key, a.key_index, a.key_use, a.due_ns) == (1, "k1", 1, KeyUse.NEW, 0)
+    assert a.body == b'{"extend_by_ms":60000,"idempotency_key":"k1"}'
+    assert hb.reservation_id == "rsv-9" and hb.poll_timeout() == 0
+    assert (hb.ttl_ms, hb.request_timeout_ms, hb.create_request) == (60000, 10000, {})
+    assert isinstance(hb, Heartbeat) and 'reservation_id="rsv-9"' in repr(hb)
+    hb.handle_sent(1, 0)
+    d = hb.handle_response(1, 1000 * MS, 200, None, ok)
+    assert d.numbers.next_delay == 59_000 - 22_000 and d.key_index == 2
+    assert d.next is Next.EXTEND and d.reservation_id == "rsv-9"
+
+    # Before any success nothing proves a lead: a transient failure stops.
+    hb = Heartbeat.for_reservation("rsv-9", ttl_ms=60000, request_timeout_ms=10000)
+    key = hb.poll_action().key
+    assert key is not None and len(key) == 36  # UUIDv4 by default
+    hb.handle_sent(1, 0)
+    d = hb.handle_failure(1, 10_000 * MS, TransportFailure.TIMEOUT)
+    assert d.reason is StopReason.RETRY_WINDOW_EXHAUSTED and d.is_stop
+
+    # Without remaining_ttl_ms, the first success is the fallback's anchor.
+    hb = Heartbeat.for_reservation("rsv-9", 60000, 10000)
+    hb.handle_sent(1, 0)
+    d = hb.handle_response(1, MS, 200, None, b'{"status":"ACTIVE","expires_at_ms":90000}')
+    assert (d.mode, d.at_ns) == (Mode.FALLBACK, MS)
+
+
+def test_for_reservation_defaults_and_character_count() -> None:
+    hb = Heartbeat.for_reservation("r")
+    assert (hb.ttl_ms, hb.request_timeout_ms) == (leasebeat.DEFAULT_TTL_MS, None)
+    # 1..=128 characters, not bytes: 128 two-byte characters are fine.
+    assert Heartbeat.for_reservation("\u00e9" * 128).reservation_id == "\u00e9" * 128
+    assert Heartbeat.for_reservation("x" * 128).poll_action().kind is AttemptKind.EXTEND
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 129, "\u00e9" * 129])
+def test_for_reservation_bad_id_length(bad: str) -> None:
+    with pytest.raises(leasebeat.InvalidArgument) as e:
+        Heartbeat.for_reservation(bad)
+    assert isinstance(e.value, ValueError) and e.value.code == "invalid_argument"
+    assert "reservation_id" in str(e.value)
+
+
+@pytest.mark.parametrize("bad", [None, 5, b"rsv-9", ["rsv-9"], True])
+def test_for_reservation_bad_id_type(bad: Any) -> None:
+    with pytest.raises(TypeError, match="reservation_id"):
+        Heartbeat.for_reservation(bad)
+
+
+def test_for_reservation_bad_config_and_options() -> None:
+    with pytest.raises(TypeError):
+        Heartbeat.for_reservation()  # type: ignore[call-arg]
+    with pytest.raises(leasebeat.InvalidConfig):
+        Heartbeat.for_reservation("rsv-9", ttl_ms=999)
+    with pytest.raises(leasebeat.InvalidArgument):
+        Heartbeat.for_reservation("rsv-9", request_timeout_ms=-1)
+    with pytest.raises(TypeError):
+        Heartbeat.for_reservation("rsv-9", ttl_ms=1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Heartbeat.for_reservation("rsv-9", key_prefix=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):  # nothing is created: no create_request
+        Heartbeat.for_reservation("rsv-9", create_request={})  # type: ignore[call-arg]
+    with pytest.raises(leasebeat.InvalidKey):
+        Heartbeat.for_reservation("rsv-9", key_prefix="x" * 256)
+
+
 # ------------------------------------------------------------------- errors
 
 ALL_ERRORS = {

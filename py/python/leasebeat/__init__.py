@@ -27,6 +27,10 @@ Quick start::
                                       status, headers, body)
         log(decision.to_json())                  # every decision is observable
 
+A reservation created elsewhere starts with an immediate extension instead
+of a create: ``leasebeat.Heartbeat.for_reservation("rsv-9", ttl_ms=60000,
+request_timeout_ms=10000)``; the loop is the same.
+
 Numbers: every millisecond quantity is an ``int``, or ``float('inf')`` for
 +infinity (an unbounded budget, an overflowing value) and ``float('-inf')``
 for -infinity (the retry window when the budget is unbounded). Times are

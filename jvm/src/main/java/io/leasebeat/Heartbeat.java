@@ -3,6 +3,10 @@ package io.leasebeat;
 import java.lang.ref.Cleaner;
 import java.lang.ref.Reference;
 import java.math.BigInteger;
+import java.nio.ByteBuffer;
+import java.nio.CharBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
@@ -16,10 +20,11 @@ import java.util.function.LongFunction;
  * The heartbeat of one Cycles reservation: a sans-IO state machine that decides when to extend the
  * lease, when to retry with the same idempotency key, and when to stop.
  *
- * <p>It starts with a create attempt. The caller sends what {@link #pollAction()} asks for,
- * reports it with {@link #handleSent}, then reports the outcome with {@link #handleResponse} or
- * {@link #handleFailure} (or ends it with {@link #cancel}). Each outcome yields a {@link Decision}.
- * A call that throws {@link LeaseException} changes nothing.
+ * <p>It starts with a create attempt, or, for a reservation created elsewhere ({@link
+ * Builder#reservationId(String)}), with an immediate extension. The caller sends what {@link
+ * #pollAction()} asks for, reports it with {@link #handleSent}, then reports the outcome with
+ * {@link #handleResponse} or {@link #handleFailure} (or ends it with {@link #cancel}). Each
+ * outcome yields a {@link Decision}. A call that throws {@link LeaseException} changes nothing.
  *
  * <h2>Time</h2>
  *
@@ -100,6 +105,7 @@ public final class Heartbeat implements AutoCloseable {
     private boolean timeoutUnbounded = true;
     private String createRequestJson;
     private String keyPrefix;
+    private byte[] reservationIdUtf8;
     private Long originNanos;
 
     private Builder() {}
@@ -181,6 +187,46 @@ public final class Heartbeat implements AutoCloseable {
     }
 
     /**
+     * Heartbeat an existing reservation, created elsewhere (by another process, or by a create
+     * request sent without this library), instead of creating one: {@link #build()} then makes a
+     * heartbeat whose first action is an immediate extension of {@code reservationId} (attempt id
+     * 1, key index 1, due at the origin) with a new key, and whose {@link Heartbeat#reservationId()}
+     * is set from the start.
+     *
+     * <p>Until that first extension succeeds nothing proves any lead: its success anchors the
+     * schedule as a create's would, and a transient failure before it stops with {@link
+     * StopReason#RETRY_WINDOW_EXHAUSTED}. There is no create request, so it excludes {@link
+     * #createRequestJson(String)}.
+     *
+     * <p>The core requires 1..128 characters (Unicode code points); {@link #build()} refuses
+     * another length with {@link LeaseException.Code#INVALID_ARGUMENT}.
+     *
+     * @param reservationId the reservation's id
+     * @return this builder
+     * @throws NullPointerException if null (a missing id never silently means "create one")
+     * @throws IllegalArgumentException if it is not valid Unicode (an unpaired surrogate), which
+     *     could not be sent as the same id
+     */
+    public Builder reservationId(String reservationId) {
+      Objects.requireNonNull(reservationId, "reservationId");
+      try {
+        ByteBuffer b =
+            StandardCharsets.UTF_8
+                .newEncoder()
+                .onMalformedInput(CodingErrorAction.REPORT)
+                .onUnmappableCharacter(CodingErrorAction.REPORT)
+                .encode(CharBuffer.wrap(reservationId));
+        byte[] bytes = new byte[b.remaining()];
+        b.get(bytes);
+        this.reservationIdUtf8 = bytes;
+      } catch (CharacterCodingException e) {
+        throw new IllegalArgumentException(
+            "reservationId is not valid Unicode (an unpaired surrogate)", e);
+      }
+      return this;
+    }
+
+    /**
      * Deterministic keys {@code prefix1}, {@code prefix2}, ... instead of random UUIDv4 keys: for
      * tests and replays only.
      *
@@ -205,21 +251,36 @@ public final class Heartbeat implements AutoCloseable {
     }
 
     /**
-     * Creates the heartbeat, whose first action is the create attempt, due at the origin.
+     * Creates the heartbeat, whose first action is due at the origin: the create attempt, or,
+     * with {@link #reservationId(String)}, the extension of that reservation.
      *
      * @return a new heartbeat (close it)
      * @throws LeaseException with {@link LeaseException.Code#INVALID_CONFIG} if the core refuses
      *     the configuration (ttl out of range, create request not a JSON object or setting {@code
-     *     idempotency_key} or {@code ttl_ms})
+     *     idempotency_key} or {@code ttl_ms}); with {@link LeaseException.Code#INVALID_ARGUMENT} if
+     *     it refuses the reservation id (empty, or longer than 128 characters)
+     * @throws IllegalStateException if both {@link #reservationId(String)} and {@link
+     *     #createRequestJson(String)} were set
      */
     public Heartbeat build() {
+      if (reservationIdUtf8 != null && createRequestJson != null) {
+        throw new IllegalStateException(
+            "reservationId (heartbeat an existing reservation) and createRequestJson (create one)"
+                + " exclude each other");
+      }
       long origin = originNanos != null ? originNanos : System.nanoTime();
-      byte[] create =
-          createRequestJson == null ? null : createRequestJson.getBytes(StandardCharsets.UTF_8);
       byte[] prefix = keyPrefix == null ? null : keyPrefix.getBytes(StandardCharsets.UTF_8);
-      Wire w =
-          Wire.open(NativeBridge.nativeNew(ttlMillis, timeoutBits, timeoutUnbounded, create, prefix));
-      return new Heartbeat(w.u64(), origin);
+      byte[] envelope;
+      if (reservationIdUtf8 != null) {
+        envelope =
+            NativeBridge.nativeForReservation(
+                ttlMillis, timeoutBits, timeoutUnbounded, reservationIdUtf8, prefix);
+      } else {
+        byte[] create =
+            createRequestJson == null ? null : createRequestJson.getBytes(StandardCharsets.UTF_8);
+        envelope = NativeBridge.nativeNew(ttlMillis, timeoutBits, timeoutUnbounded, create, prefix);
+      }
+      return new Heartbeat(Wire.open(envelope).u64(), origin);
     }
   }
 
@@ -327,7 +388,8 @@ public final class Heartbeat implements AutoCloseable {
   }
 
   /**
-   * The reservation id, once a create succeeded.
+   * The reservation id: once a create succeeded, or from the start for a heartbeat built with
+   * {@link Builder#reservationId(String)}.
    *
    * @return the id
    * @throws IllegalStateException if closed

@@ -18,6 +18,9 @@ final class NativeBridge {
   static native byte[] nativeNew(
       long ttlMs, long timeoutBits, boolean timeoutUnbounded, byte[] createRequestJson, byte[] keyPrefix);
 
+  static native byte[] nativeForReservation(
+      long ttlMs, long timeoutBits, boolean timeoutUnbounded, byte[] reservationId, byte[] keyPrefix);
+
   static native void nativeFree(long handle);
 
   static native byte[] nativeSent(long handle, long attemptId, long nowNs);

@@ -186,6 +186,102 @@ class HeartbeatApiTest {
     assertThrows(NullPointerException.class, () -> Heartbeat.builder().requestTimeoutMillis(null));
   }
 
+  static Heartbeat.Builder existing() {
+    return Heartbeat.builder()
+        .reservationId("rsv-9")
+        .ttlMillis(60_000)
+        .requestTimeoutMillis(10_000)
+        .originNanos(0);
+  }
+
+  static LeaseException.Code buildFails(Heartbeat.Builder b) {
+    return assertThrows(LeaseException.class, b::build).code();
+  }
+
+  @Test
+  void anExistingReservationStartsWithAnExtension() {
+    byte[] ok =
+        "{\"status\":\"ACTIVE\",\"expires_at_ms\":90000,\"remaining_ttl_ms\":60000}"
+            .getBytes(StandardCharsets.UTF_8);
+    try (Heartbeat hb = existing().keyPrefix("k").build()) {
+      Action action = hb.pollAction();
+      assertEquals(Action.Type.SEND, action.type());
+      Attempt a = action.attempt().orElseThrow();
+      assertEquals(AttemptKind.EXTEND, a.kind());
+      assertEquals(1, a.id());
+      assertEquals("k1", a.key());
+      assertEquals(1, a.keyIndex());
+      assertEquals(KeyUse.NEW, a.keyUse());
+      assertEquals(Num.of(0), a.due());
+      assertEquals(
+          "{\"extend_by_ms\":60000,\"idempotency_key\":\"k1\"}",
+          new String(a.body(), StandardCharsets.UTF_8));
+      assertEquals(Optional.of("rsv-9"), hb.reservationId());
+      assertEquals(Optional.of(Num.of(0)), hb.pollTimeout());
+      hb.handleSent(1, 0);
+      Decision d = hb.handleResponse(1, Response.of(200).withBody(ok), 1_000 * MS);
+      assertEquals(Optional.of(Num.of(59_000 - 22_000)), d.numbers().nextDelay());
+      assertEquals(OptionalLong.of(2), d.keyIndex());
+      assertEquals(Optional.of(AttemptKind.EXTEND), d.send());
+      assertEquals(Optional.of("rsv-9"), d.reservationId());
+    }
+
+    // Before any success nothing proves a lead: a transient failure stops.
+    try (Heartbeat hb = existing().build()) {
+      String key = hb.attempt().orElseThrow().key();
+      assertTrue(key.matches("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"), key);
+      hb.handleSent(1, 0);
+      Decision d = hb.handleFailure(1, TransportFailure.TIMEOUT, 10_000 * MS);
+      assertEquals(Optional.of(StopReason.RETRY_WINDOW_EXHAUSTED), d.stopReason());
+      assertEquals(Optional.of(StopReason.RETRY_WINDOW_EXHAUSTED), hb.stopReason());
+    }
+
+    // Without remaining_ttl_ms, the first success is the fallback's anchor.
+    try (Heartbeat hb = existing().build()) {
+      hb.handleSent(1, 0);
+      Decision d =
+          hb.handleResponse(
+              1,
+              Response.of(200)
+                  .withBody("{\"status\":\"ACTIVE\",\"expires_at_ms\":90000}".getBytes(StandardCharsets.UTF_8)),
+              MS);
+      assertEquals(Optional.of(Mode.FALLBACK), d.mode());
+      assertEquals(Optional.of(Num.of(MS)), d.at());
+    }
+  }
+
+  @Test
+  void reservationIdsAreCountedInCharacters() {
+    String x128 = "x".repeat(128);
+    try (Heartbeat hb = Heartbeat.builder().reservationId(x128).build()) {
+      assertEquals(Optional.of(x128), hb.reservationId());
+    }
+    // 128 supplementary characters are 256 UTF-16 chars, and still 128 characters.
+    String astral = new String(Character.toChars(0x1F600)).repeat(128);
+    assertEquals(256, astral.length());
+    try (Heartbeat hb = Heartbeat.builder().reservationId(astral).build()) {
+      assertEquals(Optional.of(astral), hb.reservationId());
+      assertEquals(AttemptKind.EXTEND, hb.attempt().orElseThrow().kind());
+    }
+  }
+
+  @Test
+  void badReservationIds() {
+    for (String bad : new String[] {"", "x".repeat(129), "\u00e9".repeat(129)}) {
+      LeaseException e =
+          assertThrows(LeaseException.class, () -> Heartbeat.builder().reservationId(bad).build());
+      assertEquals(LeaseException.Code.INVALID_ARGUMENT, e.code());
+      assertTrue(e.getMessage().contains("reservation_id"), e.getMessage());
+    }
+    assertThrows(NullPointerException.class, () -> Heartbeat.builder().reservationId(null));
+    // An unpaired surrogate has no UTF-8 form: refused before it could become another id.
+    assertThrows(IllegalArgumentException.class, () -> Heartbeat.builder().reservationId("rsv-\ud800"));
+    // Nothing is created for an existing reservation: no create request.
+    assertThrows(IllegalStateException.class, () -> existing().createRequestJson("{}").build());
+    assertEquals(LeaseException.Code.INVALID_CONFIG, buildFails(existing().ttlMillis(999)));
+    assertEquals(LeaseException.Code.INVALID_KEY, buildFails(existing().keyPrefix("x".repeat(256))));
+  }
+
   @Test
   void unsignedTimeoutAboveLongMax() {
     BigInteger big = BigInteger.ONE.shiftLeft(63).add(BigInteger.TEN);
