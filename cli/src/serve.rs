@@ -1,12 +1,23 @@
 //! `leasebeat serve`: a reference Cycles server for create, extend, commit
 //! and release, wrapping [`leasebeat::sim::SimServer`] behind one lock, with
 //! policy regimes, injectable faults, a JSON-lines request log and lapse
-//! detection.
+//! detection. All protocol behaviour (validation, idempotency, response
+//! bodies, status codes) lives in `SimServer`; this module only routes,
+//! checks the API key, injects faults and logs.
 //!
-//! The HTTP layer is a deliberately small HTTP/1.1 implementation on
-//! `std::net` (one thread per connection, `Content-Length` request bodies,
-//! `Connection: close` on every response) so that a fault can drop a
-//! connection at exactly the chosen moment.
+//! HTTP: hyper 1.x (`http1` server) on a small current-thread tokio runtime,
+//! one task per connection, `Connection: close` on every response. Why not
+//! tiny_http 0.12 (the first candidate): it cannot close a connection
+//! unanswered, which the `drop` and `drop-before` faults need. Dropping a
+//! `tiny_http::Request` sends an automatic 500, and dropping the raw writer
+//! from `Request::into_writer()` writes nothing but leaves the socket open
+//! (the connection's reader keeps its half and waits for a next request), so
+//! the client hangs until its own timeout instead of seeing the connection
+//! close (checked: the client only sees EOF when it itself sent
+//! `Connection: close`). With hyper, a service that returns an error makes
+//! hyper close the connection without writing any response, and delays are
+//! `tokio::time::sleep` in the request's own task, so a slow response never
+//! blocks another connection.
 //!
 //! Server time is its own monotonic clock (`Instant`) in milliseconds, added
 //! to a fixed epoch (`--epoch-ms`, default 1700000000000), so every
@@ -14,14 +25,22 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::io::{self, BufWriter, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::HeaderMap;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use leasebeat::sim::{LeaseState, Policy, SimResponse, SimServer};
 use serde_json::{Value, json};
 
@@ -258,8 +277,6 @@ struct State {
     sim: SimServer,
     counters: HashMap<Endpoint, u64>,
     rng: u64,
-    finals: HashMap<(String, Endpoint, String), (Value, SimResponse)>,
-    reserved: HashMap<String, Value>,
     lapsed: HashSet<String>,
     seq: u64,
 }
@@ -269,6 +286,8 @@ struct Shared {
     start: Instant,
     opts: ServeOptions,
     stop: AtomicBool,
+    /// Request tasks not yet finished.
+    in_flight: AtomicUsize,
     log_file: Mutex<Option<BufWriter<File>>>,
     entries: Mutex<Vec<Value>>,
     lapses: Mutex<Vec<Lapse>>,
@@ -299,7 +318,7 @@ impl Shared {
 pub struct Server {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    accept: Option<JoinHandle<()>>,
+    accept_done: Option<mpsc::Receiver<()>>,
     monitor: Option<JoinHandle<()>>,
 }
 
@@ -308,6 +327,10 @@ impl Server {
     pub fn start(opts: ServeOptions) -> io::Result<Server> {
         let listener = TcpListener::bind(opts.bind)?;
         let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let log_file = match &opts.log {
             Some(p) => Some(BufWriter::new(File::create(p)?)),
             None => None,
@@ -317,33 +340,22 @@ impl Server {
                 sim: SimServer::new(opts.policy.clone()),
                 counters: HashMap::new(),
                 rng: opts.seed,
-                finals: HashMap::new(),
-                reserved: HashMap::new(),
                 lapsed: HashSet::new(),
                 seq: 0,
             }),
             start: Instant::now(),
             opts,
             stop: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
             log_file: Mutex::new(log_file),
             entries: Mutex::new(Vec::new()),
             lapses: Mutex::new(Vec::new()),
         });
         let s = Arc::clone(&shared);
-        let accept = std::thread::Builder::new()
-            .name("serve-accept".into())
-            .spawn(move || {
-                for stream in listener.incoming() {
-                    if s.stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    let s = Arc::clone(&s);
-                    let _ = std::thread::Builder::new()
-                        .name("serve-conn".into())
-                        .spawn(move || handle_connection(&s, stream));
-                }
-            })?;
+        let (done_tx, accept_done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("serve-http".into())
+            .spawn(move || runtime.block_on(accept_loop(s, listener, done_tx)))?;
         let s = Arc::clone(&shared);
         let monitor = std::thread::Builder::new()
             .name("serve-lapses".into())
@@ -356,7 +368,7 @@ impl Server {
         Ok(Server {
             addr,
             shared,
-            accept: Some(accept),
+            accept_done: Some(accept_done),
             monitor: Some(monitor),
         })
     }
@@ -393,15 +405,16 @@ impl Server {
         lock(&self.shared.entries).clone()
     }
 
-    /// Stops accepting connections and joins the server's own threads
-    /// (connection threads finish on their own).
+    /// Stops accepting connections and joins the lapse monitor (requests
+    /// in flight finish on their own, on the server's thread).
     pub fn stop(&mut self) {
         if self.shared.stop.swap(true, Ordering::SeqCst) {
             return;
         }
+        // Wake the accept loop so that it sees the stop flag.
         let _ = TcpStream::connect(self.addr);
-        if let Some(h) = self.accept.take() {
-            let _ = h.join();
+        if let Some(done) = self.accept_done.take() {
+            let _ = done.recv();
         }
         if let Some(h) = self.monitor.take() {
             let _ = h.join();
@@ -414,6 +427,68 @@ impl Drop for Server {
         self.stop();
     }
 }
+
+/// Accepts connections until the stop flag is set (then closes the
+/// listener and signals `done`), and serves each on its own task; returns
+/// once every connection and request task has finished.
+async fn accept_loop(s: Arc<Shared>, listener: TcpListener, done: mpsc::Sender<()>) {
+    let mut connections = tokio::task::JoinSet::new();
+    if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
+        loop {
+            let accepted = listener.accept().await;
+            if s.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            while connections.try_join_next().is_some() {}
+            match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(serve_connection(Arc::clone(&s), stream));
+                }
+                // E.g. out of file descriptors: do not spin.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    }
+    let _ = done.send(());
+    while connections.join_next().await.is_some() {}
+    while s.in_flight.load(Ordering::SeqCst) > 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How long a client may take to send a request's head, then its body.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_BODY: usize = 1024 * 1024;
+
+async fn serve_connection(s: Arc<Shared>, stream: tokio::net::TcpStream) {
+    if s.stop.load(Ordering::SeqCst) {
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let service = service_fn(move |req| handle(Arc::clone(&s), req));
+    // Errors here are client errors (hyper answers a malformed request
+    // head itself) or a `Dropped` fault: both end this connection only.
+    let _ = http1::Builder::new()
+        .keep_alive(false)
+        .title_case_headers(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
+/// A `drop` / `drop-before` fault: returned as the service's error, it
+/// makes hyper close the connection without writing a response.
+#[derive(Debug)]
+struct Dropped;
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection dropped by an injected fault")
+    }
+}
+
+impl std::error::Error for Dropped {}
 
 fn check_lapses(s: &Shared) {
     let now = s.now_ms();
@@ -453,116 +528,38 @@ fn check_lapses(s: &Shared) {
     }
 }
 
+/// A request with its body read.
 struct HttpRequest {
     method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+    /// The request target as sent (path and query).
+    target: String,
+    headers: HeaderMap,
+    body: Bytes,
 }
 
 impl HttpRequest {
+    /// A header's value (names are case-insensitive; a value that is not
+    /// visible ASCII counts as absent).
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
 
-const MAX_HEAD: usize = 64 * 1024;
-const MAX_BODY: usize = 1024 * 1024;
-
-fn read_request(stream: &mut TcpStream) -> Result<HttpRequest, String> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        if buf.len() > MAX_HEAD {
-            return Err("request head too large".into());
-        }
-        let n = stream.read(&mut chunk).map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("connection closed before a complete request".into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| "request head is not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(' ');
-    let method = parts.next().unwrap_or_default().to_owned();
-    let path = parts.next().unwrap_or_default().to_owned();
-    let mut headers = Vec::new();
-    for line in lines {
-        let (n, v) = line.split_once(':').ok_or("malformed header line")?;
-        headers.push((n.trim().to_owned(), v.trim().to_owned()));
-    }
-    let mut req = HttpRequest {
-        method,
-        path,
-        headers,
-        body: Vec::new(),
-    };
-    if req.header("transfer-encoding").is_some() {
-        return Err("chunked request bodies are not supported; send Content-Length".into());
-    }
-    let len: usize = match req.header("content-length") {
-        None => 0,
-        Some(v) => v.parse().map_err(|_| "bad Content-Length")?,
-    };
-    if len > MAX_BODY {
-        return Err("request body too large".into());
-    }
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < len {
-        let n = stream.read(&mut chunk).map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("connection closed before the complete body".into());
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body.truncate(len);
-    req.body = body;
-    Ok(req)
-}
-
-fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        201 => "Created",
-        204 => "No Content",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        410 => "Gone",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Status",
-    }
-}
-
-fn write_response(stream: &mut TcpStream, r: &SimResponse, request_id: &str) -> io::Result<()> {
-    let mut out = format!("HTTP/1.1 {} {}\r\n", r.status, reason_phrase(r.status));
+fn http_response(r: &SimResponse, request_id: &str) -> Response<Full<Bytes>> {
+    let mut builder = Response::builder().status(r.status);
     for (n, v) in &r.headers {
-        out.push_str(&format!("{n}: {v}\r\n"));
+        builder = builder.header(n.as_str(), v.as_str());
     }
-    out.push_str(&format!(
-        "X-Request-Id: {request_id}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        r.body.len()
-    ));
-    let mut bytes = out.into_bytes();
-    bytes.extend_from_slice(&r.body);
-    stream.write_all(&bytes)?;
-    stream.flush()
+    builder
+        .header("X-Request-Id", request_id)
+        .body(Full::new(Bytes::from(r.body.clone())))
+        .unwrap_or_else(|e| {
+            // Only an unusable injected header (e.g. a `retry-after=` value
+            // with control characters) gets here.
+            let mut resp = Response::new(Full::new(Bytes::from(e.to_string())));
+            *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            resp
+        })
 }
 
 fn error_response(status: u16, code: &str, message: &str, request_id: &str) -> SimResponse {
@@ -605,48 +602,78 @@ fn route(path: &str) -> Option<(Endpoint, Option<String>)> {
     if id.is_empty() || id.contains('/') {
         return None;
     }
-    Some((endpoint, Some(percent_decode(id))))
+    let id = percent_encoding::percent_decode_str(id).decode_utf8_lossy();
+    Some((endpoint, Some(id.into_owned())))
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = |c: u8| char::from(c).to_digit(16);
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn handle_connection(s: &Shared, mut stream: TcpStream) {
-    if s.stop.load(Ordering::SeqCst) {
-        return;
-    }
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = stream.set_nodelay(true);
+/// One request: read the body, count and match faults, answer (or drop),
+/// log.
+async fn handle(
+    s: Arc<Shared>,
+    req: hyper::Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Dropped> {
     let arrived_ms = s.now_ms();
-    let req = match read_request(&mut stream) {
-        Ok(r) => r,
-        Err(why) => {
-            let r = error_response(400, "INVALID_REQUEST", &why, "req-bad");
-            let _ = write_response(&mut stream, &r, "req-bad");
-            return;
-        }
+    let (parts, body) = req.into_parts();
+    let body =
+        match tokio::time::timeout(READ_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(e)) => {
+                let why = format!("cannot read the request body: {e}");
+                let r = error_response(400, "INVALID_REQUEST", &why, "req-bad");
+                return Ok(http_response(&r, "req-bad"));
+            }
+            Err(_) => {
+                let r = error_response(400, "INVALID_REQUEST", "request body timed out", "req-bad");
+                return Ok(http_response(&r, "req-bad"));
+            }
+        };
+    let req = HttpRequest {
+        method: parts.method.as_str().to_owned(),
+        target: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned()),
+        headers: parts.headers,
+        body,
     };
+    // Processed on its own task: hyper drops this future when the client
+    // goes away (e.g. after its timeout), but the request must still be
+    // applied, answered into the void and logged, as a real server would.
+    let guard = InFlight::new(&s);
+    let task = tokio::spawn(async move {
+        let _guard = guard;
+        process(&s, arrived_ms, req).await
+    });
+    match task.await {
+        Ok(Some((r, request_id))) => Ok(http_response(&r, &request_id)),
+        Ok(None) | Err(_) => Err(Dropped),
+    }
+}
+
+/// Counts a request task until it ends (see [`accept_loop`]).
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    fn new(s: &Arc<Shared>) -> InFlight {
+        s.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(Arc::clone(s))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Counts the call, matches faults, answers (or not) and logs; returns the
+/// response and its request id, or `None` to drop the connection.
+async fn process(s: &Shared, arrived_ms: u64, req: HttpRequest) -> Option<(SimResponse, String)> {
     let (seq, endpoint, n, fault) = {
         let mut st = lock(&s.state);
         st.seq += 1;
         let seq = st.seq;
-        let routed = route(&req.path).filter(|_| req.method == "POST");
+        let routed = route(&req.target).filter(|_| req.method == "POST");
         let (n, fault) = match routed.as_ref() {
             Some((ep, _)) => {
                 let n = {
@@ -669,25 +696,24 @@ fn handle_connection(s: &Shared, mut stream: TcpStream) {
         (seq, routed, n, fault)
     };
     let request_id = format!("req-{seq}");
-    let header_key = req.header("x-idempotency-key").map(str::to_owned);
     let mut entry = json!({
         "event": "request",
         "seq": seq,
         "arrived_ms": arrived_ms,
         "method": req.method,
-        "path": req.path,
+        "path": req.target,
         "endpoint": endpoint.as_ref().map(|(e, _)| e.as_str()),
         "call": n,
         "reservation_id": endpoint.as_ref().and_then(|(_, id)| id.clone()),
-        "header_key": header_key,
+        "header_key": req.header("x-idempotency-key"),
         "api_key_present": req.header("x-cycles-api-key").is_some_and(|k| !k.is_empty()),
         "body": String::from_utf8_lossy(&req.body),
         "fault": fault.as_ref().map(|f| f.text.clone()),
     });
-    let response = respond(s, &req, endpoint, fault.as_ref(), &request_id, &mut stream);
+    let response = respond(s, &req, endpoint, fault.as_ref(), &request_id).await;
     let obj = entry.as_object_mut().expect("object");
     obj.insert("t_ms".into(), Value::from(s.now_ms()));
-    match response {
+    match &response {
         Some(r) => {
             obj.insert("status".into(), Value::from(r.status));
             obj.insert(
@@ -702,48 +728,40 @@ fn handle_connection(s: &Shared, mut stream: TcpStream) {
         }
     }
     s.log(entry);
+    response.map(|r| (r, request_id))
 }
 
-/// Processes one request; returns the response written, or `None` when
-/// the connection was dropped unanswered.
-fn respond(
+/// Processes one request; returns the response to send, or `None` to drop
+/// the connection unanswered.
+async fn respond(
     s: &Shared,
     req: &HttpRequest,
     routed: Option<(Endpoint, Option<String>)>,
     fault: Option<&FaultRule>,
     request_id: &str,
-    stream: &mut TcpStream,
 ) -> Option<SimResponse> {
-    let drop_conn = |stream: &mut TcpStream| {
-        let _ = stream.shutdown(Shutdown::Both);
-    };
     let Some((endpoint, id)) = routed else {
-        let r = if req.method != "POST" && route(&req.path).is_some() {
+        return Some(if req.method != "POST" && route(&req.target).is_some() {
             error_response(405, "INVALID_REQUEST", "method not allowed", request_id)
         } else {
             error_response(404, "NOT_FOUND", "no such endpoint", request_id)
-        };
-        let _ = write_response(stream, &r, request_id);
-        return Some(r);
+        });
     };
     let api_key = req.header("x-cycles-api-key").unwrap_or_default();
     let authorized = !api_key.is_empty() && s.opts.api_key.as_deref().is_none_or(|k| k == api_key);
     if !authorized {
-        let r = error_response(
+        return Some(error_response(
             401,
             "UNAUTHORIZED",
             "missing or invalid X-Cycles-API-Key",
             request_id,
-        );
-        let _ = write_response(stream, &r, request_id);
-        return Some(r);
+        ));
     }
     if let Some(f) = fault {
         if f.hold_ms > 0 {
-            std::thread::sleep(Duration::from_millis(f.hold_ms));
+            tokio::time::sleep(Duration::from_millis(f.hold_ms)).await;
         }
         if f.drop_before {
-            drop_conn(stream);
             return None;
         }
     }
@@ -756,7 +774,7 @@ fn respond(
             }
             r
         }
-        None => apply(s, req, endpoint, id.as_deref()),
+        None => apply(s, req, endpoint, id.as_deref().unwrap_or_default()),
     };
     if let Some(f) = fault {
         if f.malformed && response.status == 200 {
@@ -764,104 +782,26 @@ fn respond(
             response.body.truncate(cut);
         }
         if f.delay_ms > 0 {
-            std::thread::sleep(Duration::from_millis(f.delay_ms));
+            tokio::time::sleep(Duration::from_millis(f.delay_ms)).await;
         }
         if f.drop {
-            drop_conn(stream);
             return None;
         }
     }
-    let _ = write_response(stream, &response, request_id);
     Some(response)
 }
 
-fn apply(s: &Shared, req: &HttpRequest, endpoint: Endpoint, id: Option<&str>) -> SimResponse {
+/// Applies a request to the model at the server clock's now.
+fn apply(s: &Shared, req: &HttpRequest, endpoint: Endpoint, id: &str) -> SimResponse {
     let header_key = req.header("x-idempotency-key");
     let mut st = lock(&s.state);
     let now = s.now_ms();
     match endpoint {
-        Endpoint::Create => {
-            let r = st.sim.create(now, header_key, &req.body);
-            if r.status == 200 {
-                if let Ok(v) = serde_json::from_slice::<Value>(&r.body) {
-                    if let (Some(id), Some(reserved)) =
-                        (v["reservation_id"].as_str(), v.get("reserved"))
-                    {
-                        st.reserved.insert(id.to_owned(), reserved.clone());
-                    }
-                }
-            }
-            r
-        }
-        Endpoint::Extend => st
-            .sim
-            .extend(now, id.unwrap_or_default(), header_key, &req.body),
-        Endpoint::Commit | Endpoint::Release => finalize(
-            &mut st,
-            now,
-            endpoint,
-            id.unwrap_or_default(),
-            header_key,
-            &req.body,
-        ),
+        Endpoint::Create => st.sim.create(now, header_key, &req.body),
+        Endpoint::Extend => st.sim.extend(now, id, header_key, &req.body),
+        Endpoint::Commit => st.sim.commit(now, id, header_key, &req.body),
+        Endpoint::Release => st.sim.release(now, id, header_key, &req.body),
     }
-}
-
-fn finalize(
-    st: &mut State,
-    now: u64,
-    endpoint: Endpoint,
-    id: &str,
-    header_key: Option<&str>,
-    body: &[u8],
-) -> SimResponse {
-    st.seq += 1;
-    let request_id = format!("req-f{}", st.seq);
-    let bad = |m: &str| error_response(400, "INVALID_REQUEST", m, &request_id);
-    let request: Value = match serde_json::from_slice(body) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => return bad("body must be a JSON object"),
-    };
-    let key = match request["idempotency_key"].as_str() {
-        Some(k) if (1..=256).contains(&k.chars().count()) => k.to_owned(),
-        _ => return bad("idempotency_key must be a string of 1..=256 characters"),
-    };
-    if header_key.is_some_and(|h| h != key) {
-        return bad("X-Idempotency-Key must match the body idempotency_key");
-    }
-    let commit = endpoint == Endpoint::Commit;
-    if commit && !request["actual"].is_object() {
-        return bad("actual is required");
-    }
-    let slot = (id.to_owned(), endpoint, key);
-    if let Some((stored_request, stored)) = st.finals.get(&slot) {
-        if *stored_request != request {
-            return error_response(
-                409,
-                "IDEMPOTENCY_MISMATCH",
-                "same key, different request",
-                &request_id,
-            );
-        }
-        return stored.clone();
-    }
-    let r = st.sim.finalize(now, id, commit);
-    if r.status != 200 {
-        return r;
-    }
-    let reserved = st.reserved.get(id).cloned().unwrap_or_else(|| json!({}));
-    let body = if commit {
-        json!({"status": "COMMITTED", "charged": request["actual"].clone()})
-    } else {
-        json!({"status": "RELEASED", "released": reserved})
-    };
-    let r = SimResponse {
-        status: 200,
-        headers: vec![("Content-Type".into(), "application/json".into())],
-        body: serde_json::to_vec(&body).expect("JSON serializes"),
-    };
-    st.finals.insert(slot, (request, r.clone()));
-    r
 }
 
 /// `leasebeat serve`: prints `listening on http://ADDR` first, then runs

@@ -858,3 +858,164 @@ fn demo_runs_clean() {
     assert!(stdout.contains("== summary"));
     assert!(stdout.contains(" 0 unreported lapses"), "{stdout}");
 }
+
+/// Sends one raw request and returns everything the server wrote before
+/// closing (empty when it closed unanswered).
+fn raw_bytes(url: &str, path: &str, body: &str) -> Vec<u8> {
+    let addr = url.strip_prefix("http://").unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nX-Cycles-API-Key: {KEY}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    match s.read_to_end(&mut out) {
+        Ok(_) => {}
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    out
+}
+
+#[test]
+fn drop_faults_close_the_connection_without_any_response() {
+    let serve = Serve::start(&[
+        "--fault",
+        "create:1=drop-before",
+        "--fault",
+        "create:2=drop",
+    ]);
+    let create = |k: &str| {
+        format!(
+            r#"{{"idempotency_key":"{k}","subject":{{"tenant":"t"}},"action":{{"kind":"k","name":"n"}},"estimate":{{"unit":"TOKENS","amount":3}}}}"#
+        )
+    };
+    // Closed unanswered: not a byte (in particular no 500), and not a hang.
+    assert!(raw_bytes(&serve.url, "/v1/reservations", &create("c1")).is_empty());
+    assert!(raw_bytes(&serve.url, "/v1/reservations", &create("c2")).is_empty());
+    let auth = [("X-Cycles-API-Key", KEY)];
+    // `drop` applied the create (the replay finds it); `drop-before` did not.
+    let (st, r) = raw(&serve.url, "/v1/reservations", &auth, &create("c2"));
+    assert_eq!((st, r["reservation_id"].as_str()), (200, Some("rsv-1")));
+    let (st, r) = raw(&serve.url, "/v1/reservations", &auth, &create("c1"));
+    assert_eq!((st, r["reservation_id"].as_str()), (200, Some("rsv-2")));
+    let creates = serve.requests("create", None);
+    let outcomes: Vec<_> = creates
+        .iter()
+        .map(|e| (e["outcome"].as_str().unwrap(), e["status"].as_u64()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            ("dropped", None),
+            ("dropped", None),
+            ("responded", Some(200)),
+            ("responded", Some(200))
+        ]
+    );
+}
+
+#[test]
+fn a_held_request_does_not_hold_up_others() {
+    let serve = Serve::start(&["--fault", "extend:1=hold=3000"]);
+    let url = serve.url.clone();
+    let held = std::thread::spawn(move || {
+        raw_bytes(
+            &url,
+            "/v1/reservations/nope/extend",
+            r#"{"idempotency_key":"e1","extend_by_ms":1000}"#,
+        )
+    });
+    // Wait until the held request has arrived (it is counted, not yet logged).
+    std::thread::sleep(Duration::from_millis(300));
+    let (st, _) = raw(
+        &serve.url,
+        "/v1/reservations/nope/extend",
+        &[("X-Cycles-API-Key", KEY)],
+        r#"{"idempotency_key":"e2","extend_by_ms":1000}"#,
+    );
+    assert_eq!(st, 404);
+    let answered = String::from_utf8(held.join().unwrap()).unwrap();
+    assert!(answered.starts_with("HTTP/1.1 404"), "{answered}");
+    // The log is written in answer order: the second request first.
+    let calls: Vec<u64> = std::fs::read_to_string(&serve.log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["call"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(calls, vec![2, 1]);
+}
+
+#[test]
+fn commit_and_release_answer_the_protocol_bodies() {
+    let serve = Serve::start(&[]);
+    let u = &serve.url;
+    let auth = ("X-Cycles-API-Key", KEY);
+    let create = |k: &str| {
+        format!(
+            r#"{{"idempotency_key":"{k}","subject":{{"tenant":"t"}},"action":{{"kind":"k","name":"n"}},"estimate":{{"unit":"TOKENS","amount":10}}}}"#
+        )
+    };
+    let (_, r) = raw(u, "/v1/reservations", &[auth], &create("c1"));
+    let id = r["reservation_id"].as_str().unwrap().to_owned();
+    let commit = format!("/v1/reservations/{id}/commit");
+    let body = r#"{"idempotency_key":"k1","actual":{"unit":"TOKENS","amount":4}}"#;
+    let (st, r) = raw(u, &commit, &[auth, ("X-Idempotency-Key", "other")], body);
+    assert_eq!((st, r["error"].as_str()), (400, Some("INVALID_REQUEST")));
+    let (st, r) = raw(u, &commit, &[auth], r#"{"idempotency_key":"k1"}"#);
+    assert_eq!((st, r["error"].as_str()), (400, Some("INVALID_REQUEST")));
+    let (st, r) = raw(u, &commit, &[auth, ("X-Idempotency-Key", "k1")], body);
+    assert_eq!(st, 200);
+    assert_eq!(
+        r,
+        json!({"status": "COMMITTED", "charged": {"unit": "TOKENS", "amount": 4},
+               "released": {"unit": "TOKENS", "amount": 6}})
+    );
+    assert_eq!(raw(u, &commit, &[auth], body), (200, r));
+    let (st, r) = raw(
+        u,
+        &commit,
+        &[auth],
+        r#"{"idempotency_key":"k1","actual":{"unit":"TOKENS","amount":5}}"#,
+    );
+    assert_eq!(
+        (st, r["error"].as_str()),
+        (409, Some("IDEMPOTENCY_MISMATCH"))
+    );
+    let (st, r) = raw(
+        u,
+        &format!("/v1/reservations/{id}/release"),
+        &[auth],
+        r#"{"idempotency_key":"r1"}"#,
+    );
+    assert_eq!(
+        (st, r["error"].as_str()),
+        (409, Some("RESERVATION_FINALIZED"))
+    );
+    let (st, r) = raw(u, "/v1/reservations/nope/commit", &[auth], body);
+    assert_eq!((st, r["error"].as_str()), (404, Some("NOT_FOUND")));
+    // An expired reservation: 410.
+    let short = r#"{"idempotency_key":"c2","ttl_ms":1000,"subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"estimate":{"unit":"TOKENS","amount":10}}"#;
+    let (_, r) = raw(u, "/v1/reservations", &[auth], short);
+    let id2 = r["reservation_id"].as_str().unwrap().to_owned();
+    let until = Instant::now() + Duration::from_secs(10);
+    while serve.lapses().is_empty() {
+        assert!(Instant::now() < until, "no lapse");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (st, r) = raw(
+        u,
+        &format!("/v1/reservations/{id2}/release"),
+        &[auth],
+        r#"{"idempotency_key":"r1"}"#,
+    );
+    assert_eq!(
+        (st, r["error"].as_str()),
+        (410, Some("RESERVATION_EXPIRED"))
+    );
+}

@@ -6,7 +6,16 @@
 //! with the protocol's status codes and error bodies, idempotency per
 //! endpoint and key (a same-key replay returns the stored response with
 //! `remaining_ttl_ms` recomputed, 0 once the reservation is no longer
-//! ACTIVE), and the policy regimes a server may apply ([`Policy`]).
+//! ACTIVE; commit and release replays are verbatim), and the policy regimes
+//! a server may apply ([`Policy`]).
+//!
+//! Commit and release answer the protocol's `CommitResponse`
+//! (`{status: COMMITTED, charged, released?}`) and `ReleaseResponse`
+//! (`{status: RELEASED, released}`). The model has no budgets: a commit is
+//! charged its `actual` in full (`ALLOW_IF_AVAILABLE` / `ALLOW_WITH_OVERDRAFT`
+//! with unlimited remaining), except that a reservation created with
+//! `overage_policy: REJECT` refuses `actual > reserved` with 409
+//! `BUDGET_EXCEEDED`.
 //!
 //! A reservation is alive while `server time <= expires_at_ms`; the model
 //! knows each reservation's true expiry, so a test can check any lapse.
@@ -65,6 +74,13 @@ pub struct Lease {
     /// Server time of the create.
     pub created_at_ms: u64,
     extend_keys: HashMap<String, Stored>,
+    /// The create's `estimate` (echoed as `reserved`).
+    reserved: Value,
+    /// The create asked for `overage_policy: REJECT`.
+    overage_reject: bool,
+    /// Commit and release idempotency records: (request, response).
+    commit_keys: HashMap<String, (Value, SimResponse)>,
+    release_keys: HashMap<String, (Value, SimResponse)>,
 }
 
 impl Lease {
@@ -239,11 +255,12 @@ impl SimServer {
         let id = format!("rsv-{}", self.next_id);
         let expires_at_ms = now_ms.saturating_add(granted);
         let estimate = o.get("estimate").cloned().unwrap_or(Value::Null);
+        let overage_reject = o.get("overage_policy").and_then(Value::as_str) == Some("REJECT");
         let mut response = Map::new();
         response.insert("decision".into(), "ALLOW".into());
         response.insert("reservation_id".into(), Value::from(id.clone()));
         if estimate.is_object() {
-            response.insert("reserved".into(), estimate);
+            response.insert("reserved".into(), estimate.clone());
         }
         response.insert("expires_at_ms".into(), Value::from(expires_at_ms));
         response.insert("affected_scopes".into(), json!(["tenant:sim"]));
@@ -262,6 +279,10 @@ impl SimServer {
                 state: LeaseState::Active,
                 created_at_ms: now_ms,
                 extend_keys: HashMap::new(),
+                reserved: estimate,
+                overage_reject,
+                commit_keys: HashMap::new(),
+                release_keys: HashMap::new(),
             },
         );
         self.remaining_field(&mut response, expires_at_ms, true, now_ms);
@@ -338,26 +359,194 @@ impl SimServer {
         SimResponse::json(200, &Value::Object(response))
     }
 
-    /// Commits (`commit = true`) or releases a reservation at `now_ms`.
-    pub fn finalize(&mut self, now_ms: u64, id: &str, commit: bool) -> SimResponse {
+    /// `POST /v1/reservations/{id}/commit` at server time `now_ms`
+    /// (`commitReservation`).
+    ///
+    /// The body is a `CommitRequest` (`idempotency_key`, `actual` an
+    /// `Amount`, optional `metrics` and `metadata` objects, nothing else);
+    /// `header_key` is the `X-Idempotency-Key` header, which must equal the
+    /// body key when present. Answers 200 with a `CommitResponse`
+    /// (`charged` = `actual`; `released` = reserved − actual when actual is
+    /// smaller), a same-key replay of it verbatim, or an error body: 400
+    /// `INVALID_REQUEST` / `UNIT_MISMATCH`, 404 `NOT_FOUND`, 409
+    /// `IDEMPOTENCY_MISMATCH` / `RESERVATION_FINALIZED` / `BUDGET_EXCEEDED`
+    /// (`overage_policy: REJECT` and actual > reserved), 410
+    /// `RESERVATION_EXPIRED`.
+    pub fn commit(
+        &mut self,
+        now_ms: u64,
+        id: &str,
+        header_key: Option<&str>,
+        body: &[u8],
+    ) -> SimResponse {
+        self.finalize(now_ms, id, header_key, body, Finalize::Commit)
+    }
+
+    /// `POST /v1/reservations/{id}/release` at server time `now_ms`
+    /// (`releaseReservation`).
+    ///
+    /// The body is a `ReleaseRequest` (`idempotency_key`, optional `reason`
+    /// of at most 256 characters, nothing else); `header_key` as for
+    /// [`SimServer::commit`]. Answers 200 with a `ReleaseResponse`
+    /// (`released` = the reserved amount), a same-key replay of it verbatim,
+    /// or an error body: 400 `INVALID_REQUEST`, 404 `NOT_FOUND`, 409
+    /// `IDEMPOTENCY_MISMATCH` / `RESERVATION_FINALIZED`, 410
+    /// `RESERVATION_EXPIRED`.
+    pub fn release(
+        &mut self,
+        now_ms: u64,
+        id: &str,
+        header_key: Option<&str>,
+        body: &[u8],
+    ) -> SimResponse {
+        self.finalize(now_ms, id, header_key, body, Finalize::Release)
+    }
+
+    fn finalize(
+        &mut self,
+        now_ms: u64,
+        id: &str,
+        header_key: Option<&str>,
+        body: &[u8],
+        which: Finalize,
+    ) -> SimResponse {
+        let (request, key) = match self.parse_request(body, header_key) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
         let Some(lease) = self.leases.get(id) else {
             return self.error(404, "NOT_FOUND", "reservation not found");
         };
-        if lease.state != LeaseState::Active {
-            return self.error(409, "RESERVATION_FINALIZED", "reservation is finalized");
+        let keys = match which {
+            Finalize::Commit => &lease.commit_keys,
+            Finalize::Release => &lease.release_keys,
+        };
+        if let Some((stored_request, stored)) = keys.get(&key) {
+            if *stored_request != request {
+                return self.error(409, "IDEMPOTENCY_MISMATCH", "same key, different request");
+            }
+            return stored.clone();
+        }
+        let o = request.as_object().expect("checked object");
+        if let Err(why) = which.check_fields(o) {
+            return self.error(400, "INVALID_REQUEST", &why);
+        }
+        match lease.state {
+            LeaseState::Active => {}
+            LeaseState::Committed | LeaseState::Released => {
+                return self.error(409, "RESERVATION_FINALIZED", "reservation is finalized");
+            }
         }
         if now_ms > lease.expires_at_ms {
             return self.error(410, "RESERVATION_EXPIRED", "reservation expired");
         }
+        let reserved = lease.reserved.clone();
+        let overage_reject = lease.overage_reject;
+        let mut response = Map::new();
+        match which {
+            Finalize::Commit => {
+                let actual = o.get("actual").cloned().unwrap_or(Value::Null);
+                let (unit, amount) = amount_of(&actual).expect("checked by check_fields");
+                let unit = unit.to_owned();
+                let reserved_amount = amount_of(&reserved);
+                if reserved_amount.is_some_and(|(u, _)| u != unit) {
+                    return self.error(
+                        400,
+                        "UNIT_MISMATCH",
+                        "actual.unit differs from the reservation's estimate.unit",
+                    );
+                }
+                if overage_reject && reserved_amount.is_some_and(|(_, r)| amount > r) {
+                    return self.error(
+                        409,
+                        "BUDGET_EXCEEDED",
+                        "actual exceeds reserved under overage_policy REJECT",
+                    );
+                }
+                response.insert("status".into(), "COMMITTED".into());
+                response.insert("charged".into(), actual);
+                if let Some((_, r)) = reserved_amount.filter(|(_, r)| amount < *r) {
+                    response.insert(
+                        "released".into(),
+                        json!({"unit": unit, "amount": r - amount}),
+                    );
+                }
+            }
+            Finalize::Release => {
+                response.insert("status".into(), "RELEASED".into());
+                response.insert("released".into(), reserved);
+            }
+        }
+        let r = SimResponse::json(200, &Value::Object(response));
         let lease = self.leases.get_mut(id).expect("looked up above");
-        lease.state = if commit {
-            LeaseState::Committed
-        } else {
-            LeaseState::Released
-        };
-        let status = if commit { "COMMITTED" } else { "RELEASED" };
-        SimResponse::json(200, &json!({ "reservation_id": id, "status": status }))
+        match which {
+            Finalize::Commit => {
+                lease.state = LeaseState::Committed;
+                lease.commit_keys.insert(key, (request, r.clone()));
+            }
+            Finalize::Release => {
+                lease.state = LeaseState::Released;
+                lease.release_keys.insert(key, (request, r.clone()));
+            }
+        }
+        r
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Finalize {
+    Commit,
+    Release,
+}
+
+impl Finalize {
+    /// Checks a commit or release body against `CommitRequest` /
+    /// `ReleaseRequest` (both `additionalProperties: false`).
+    fn check_fields(self, o: &Map<String, Value>) -> Result<(), String> {
+        let allowed: &[&str] = match self {
+            Finalize::Commit => &["idempotency_key", "actual", "metrics", "metadata"],
+            Finalize::Release => &["idempotency_key", "reason"],
+        };
+        if let Some(extra) = o.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(format!("unknown field {extra}"));
+        }
+        match self {
+            Finalize::Commit => {
+                if amount_of(o.get("actual").unwrap_or(&Value::Null)).is_none() {
+                    return Err("actual must be an Amount {unit, amount >= 0}".into());
+                }
+                for name in ["metrics", "metadata"] {
+                    if o.get(name).is_some_and(|v| !v.is_object()) {
+                        return Err(format!("{name} must be an object"));
+                    }
+                }
+            }
+            Finalize::Release => match o.get("reason") {
+                None => {}
+                Some(Value::String(r)) if r.chars().count() <= 256 => {}
+                Some(_) => return Err("reason must be a string of at most 256 characters".into()),
+            },
+        }
+        Ok(())
+    }
+}
+
+/// The protocol's units (`UnitEnum`).
+const UNITS: [&str; 4] = ["USD_MICROCENTS", "TOKENS", "CREDITS", "RISK_POINTS"];
+
+/// `(unit, amount)` of a valid `Amount` object (exactly `unit` from
+/// [`UNITS`] and an integer `amount` in `0..=i64::MAX`).
+fn amount_of(v: &Value) -> Option<(&str, u64)> {
+    let o = v.as_object()?;
+    if o.len() != 2 {
+        return None;
+    }
+    let unit = o.get("unit")?.as_str().filter(|u| UNITS.contains(u))?;
+    let amount = o
+        .get("amount")?
+        .as_u64()
+        .filter(|a| *a <= i64::MAX as u64)?;
+    Some((unit, amount))
 }
 
 #[cfg(test)]
@@ -409,5 +598,188 @@ mod tests {
         let r = s.extend(91_001, &id, None, &extend_body("e2"));
         assert_eq!(body(&r)["remaining_ttl_ms"], 0);
         assert_eq!(s.extend(0, "nope", None, &extend_body("e5")).status, 404);
+    }
+
+    fn created(s: &mut SimServer, key: &str, extra: Value) -> String {
+        let mut req: Value = serde_json::from_slice(&create_body(key)).unwrap();
+        req["estimate"] = json!({"unit": "TOKENS", "amount": 10});
+        for (k, v) in extra.as_object().unwrap() {
+            req[k] = v.clone();
+        }
+        let r = s.create(1_000, None, &serde_json::to_vec(&req).unwrap());
+        assert_eq!(r.status, 200);
+        body(&r)["reservation_id"].as_str().unwrap().to_owned()
+    }
+
+    fn commit_body(key: &str, amount: u64) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "idempotency_key": key, "actual": {"unit": "TOKENS", "amount": amount}
+        }))
+        .unwrap()
+    }
+
+    fn error_code(r: &SimResponse) -> (u16, String) {
+        let b = body(r);
+        assert!(b["request_id"].is_string() && b["message"].is_string());
+        (r.status, b["error"].as_str().unwrap().to_owned())
+    }
+
+    #[test]
+    fn commit_answers_a_commit_response_and_replays_it() {
+        let mut s = SimServer::new(Policy::default());
+        let id = created(&mut s, "c1", json!({}));
+        let r = s.commit(2_000, &id, Some("k1"), &commit_body("k1", 4));
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            body(&r),
+            json!({"status": "COMMITTED", "charged": {"unit": "TOKENS", "amount": 4},
+                   "released": {"unit": "TOKENS", "amount": 6}})
+        );
+        assert_eq!(s.lease(&id).unwrap().state, LeaseState::Committed);
+        // Same key, same body, even after expiry: the original, verbatim.
+        assert_eq!(s.commit(99_000_000, &id, None, &commit_body("k1", 4)), r);
+        // Same key, different body.
+        let e = s.commit(2_000, &id, None, &commit_body("k1", 5));
+        assert_eq!(error_code(&e), (409, "IDEMPOTENCY_MISMATCH".into()));
+        // A new key on a finalized reservation, on either endpoint.
+        let e = s.commit(2_000, &id, None, &commit_body("k2", 4));
+        assert_eq!(error_code(&e), (409, "RESERVATION_FINALIZED".into()));
+        let e = s.release(2_000, &id, None, br#"{"idempotency_key":"k1"}"#);
+        assert_eq!(error_code(&e), (409, "RESERVATION_FINALIZED".into()));
+        // Extends see it finalized too.
+        let e = s.extend(2_000, &id, None, &extend_body("e1"));
+        assert_eq!(error_code(&e), (409, "RESERVATION_FINALIZED".into()));
+        // Charged in full when actual >= reserved: no `released`.
+        let id2 = created(&mut s, "c2", json!({}));
+        let r = s.commit(2_000, &id2, None, &commit_body("k1", 12));
+        assert_eq!(
+            body(&r),
+            json!({"status": "COMMITTED", "charged": {"unit": "TOKENS", "amount": 12}})
+        );
+    }
+
+    #[test]
+    fn release_answers_a_release_response_and_replays_it() {
+        let mut s = SimServer::new(Policy::default());
+        let id = created(&mut s, "c1", json!({}));
+        let rel = br#"{"idempotency_key":"r1","reason":"done"}"#;
+        let r = s.release(2_000, &id, Some("r1"), rel);
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            body(&r),
+            json!({"status": "RELEASED", "released": {"unit": "TOKENS", "amount": 10}})
+        );
+        assert_eq!(s.lease(&id).unwrap().state, LeaseState::Released);
+        assert_eq!(s.release(3_000, &id, None, rel), r);
+        let e = s.release(3_000, &id, None, br#"{"idempotency_key":"r1"}"#);
+        assert_eq!(error_code(&e), (409, "IDEMPOTENCY_MISMATCH".into()));
+        let e = s.commit(3_000, &id, None, &commit_body("r1", 1));
+        assert_eq!(error_code(&e), (409, "RESERVATION_FINALIZED".into()));
+    }
+
+    #[test]
+    fn finalize_errors() {
+        let mut s = SimServer::new(Policy::default());
+        let id = created(&mut s, "c1", json!({}));
+        let bad = |s: &mut SimServer, commit: bool, header: Option<&str>, b: &[u8]| {
+            let r = if commit {
+                s.commit(2_000, &id, header, b)
+            } else {
+                s.release(2_000, &id, header, b)
+            };
+            error_code(&r)
+        };
+        let invalid = (400, "INVALID_REQUEST".to_owned());
+        for b in [
+            &b"not json"[..],
+            b"[]",
+            br#"{}"#,
+            br#"{"idempotency_key":""}"#,
+            br#"{"idempotency_key":"k"}"#,
+            br#"{"idempotency_key":"k","actual":{"unit":"TOKENS"}}"#,
+            br#"{"idempotency_key":"k","actual":{"unit":"TOKENS","amount":-1}}"#,
+            br#"{"idempotency_key":"k","actual":{"unit":"GOLD","amount":1}}"#,
+            br#"{"idempotency_key":"k","actual":{"unit":"TOKENS","amount":1,"x":1}}"#,
+            br#"{"idempotency_key":"k","actual":{"unit":"TOKENS","amount":1},"metrics":1}"#,
+            br#"{"idempotency_key":"k","actual":{"unit":"TOKENS","amount":1},"extra":1}"#,
+        ] {
+            assert_eq!(
+                bad(&mut s, true, None, b),
+                invalid,
+                "{}",
+                String::from_utf8_lossy(b)
+            );
+        }
+        for b in [
+            &br#"{"idempotency_key":"k","reason":7}"#[..],
+            br#"{"idempotency_key":"k","extra":true}"#,
+        ] {
+            assert_eq!(
+                bad(&mut s, false, None, b),
+                invalid,
+                "{}",
+                String::from_utf8_lossy(b)
+            );
+        }
+        let long = serde_json::to_vec(&json!({"idempotency_key": "k", "reason": "x".repeat(257)}))
+            .unwrap();
+        assert_eq!(bad(&mut s, false, None, &long), invalid);
+        // Header key must equal the body key.
+        assert_eq!(
+            bad(&mut s, true, Some("other"), &commit_body("k", 1)),
+            invalid
+        );
+        assert_eq!(
+            bad(&mut s, false, Some("other"), br#"{"idempotency_key":"k"}"#),
+            invalid
+        );
+        // Unit mismatch.
+        let b = br#"{"idempotency_key":"k","actual":{"unit":"CREDITS","amount":1}}"#;
+        assert_eq!(bad(&mut s, true, None, b), (400, "UNIT_MISMATCH".into()));
+        // None of these changed the reservation.
+        assert_eq!(s.lease(&id).unwrap().state, LeaseState::Active);
+        // Unknown reservation.
+        let e = s.commit(2_000, "nope", None, &commit_body("k", 1));
+        assert_eq!(error_code(&e), (404, "NOT_FOUND".into()));
+        let e = s.release(2_000, "nope", None, br#"{"idempotency_key":"k"}"#);
+        assert_eq!(error_code(&e), (404, "NOT_FOUND".into()));
+        // Expired (alive while now <= expires_at_ms = 61_000).
+        let r = s.release(61_000, &id, None, br#"{"idempotency_key":"k"}"#);
+        assert_eq!(r.status, 200);
+        let id2 = created(&mut s, "c2", json!({}));
+        let e = s.commit(61_001, &id2, None, &commit_body("k", 1));
+        assert_eq!(error_code(&e), (410, "RESERVATION_EXPIRED".into()));
+        let e = s.release(61_001, &id2, None, br#"{"idempotency_key":"k"}"#);
+        assert_eq!(error_code(&e), (410, "RESERVATION_EXPIRED".into()));
+        assert_eq!(s.lease(&id2).unwrap().state, LeaseState::Active);
+        // overage_policy REJECT: actual > reserved is refused, = is fine.
+        let id3 = created(&mut s, "c3", json!({"overage_policy": "REJECT"}));
+        let e = s.commit(2_000, &id3, None, &commit_body("k", 11));
+        assert_eq!(error_code(&e), (409, "BUDGET_EXCEEDED".into()));
+        assert_eq!(
+            s.commit(2_000, &id3, None, &commit_body("k2", 10)).status,
+            200
+        );
+    }
+
+    #[test]
+    fn finalize_keys_are_per_endpoint_and_reservation() {
+        let mut s = SimServer::new(Policy::default());
+        let a = created(&mut s, "c1", json!({}));
+        let b = created(&mut s, "c2", json!({}));
+        // The same key on release and commit, and on two reservations.
+        assert_eq!(
+            s.release(2_000, &a, None, br#"{"idempotency_key":"k"}"#)
+                .status,
+            200
+        );
+        assert_eq!(s.commit(2_000, &b, None, &commit_body("k", 1)).status, 200);
+        assert_eq!(
+            s.release(2_000, &a, None, br#"{"idempotency_key":"k"}"#)
+                .status,
+            200
+        );
+        let e = s.release(2_000, &b, None, br#"{"idempotency_key":"k"}"#);
+        assert_eq!(error_code(&e), (409, "RESERVATION_FINALIZED".into()));
     }
 }
