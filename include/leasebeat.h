@@ -114,6 +114,17 @@ typedef enum lb_status {
      * heartbeat that panicked refuses every further call with this status.
      */
     LB_STATUS_PANIC = 103,
+    /**
+     * The driver has shut down (lb_driver_shutdown() or lb_driver_free()
+     * began): it starts and cancels nothing more.
+     */
+    LB_STATUS_SHUT_DOWN = 104,
+    /**
+     * The call is not allowed from inside the driver's event callback:
+     * lb_driver_shutdown() and lb_driver_free() wait for the callback's own
+     * thread to finish.
+     */
+    LB_STATUS_IN_CALLBACK = 105,
 } lb_status;
 
 /**
@@ -344,6 +355,50 @@ typedef enum lb_warning {
 } lb_warning;
 
 /**
+ * What a driver event reports.
+ */
+typedef enum lb_event_kind {
+    /**
+     * The core decided, after an attempt's outcome or a cancel: read the
+     * decision with lb_event_decision().
+     */
+    LB_EVENT_KIND_DECISION = 0,
+    /**
+     * The lease's heartbeat stopped for good (`stop_reason` says why); the
+     * last event of the lease. Follows the stopping decision.
+     */
+    LB_EVENT_KIND_STOPPED = 1,
+    /**
+     * The core refused an input the driver gave it (a driver bug or a clock
+     * anomaly): `error_status` and lb_event_error_message() say what. The
+     * lease is then cancelled: a decision and a stopped event follow.
+     */
+    LB_EVENT_KIND_ERROR = 2,
+} lb_event_kind;
+
+/**
+ * What produced a decision event.
+ */
+typedef enum lb_event_outcome {
+    /**
+     * Not a decision event.
+     */
+    LB_EVENT_OUTCOME_NONE = 0,
+    /**
+     * A complete HTTP response (`http_status`).
+     */
+    LB_EVENT_OUTCOME_RESPONSE = 1,
+    /**
+     * No response: a transport failure (`failure`).
+     */
+    LB_EVENT_OUTCOME_FAILURE = 2,
+    /**
+     * The caller cancelled, or the driver shut down.
+     */
+    LB_EVENT_OUTCOME_CANCELLED = 3,
+} lb_event_outcome;
+
+/**
  * The kind of an ::lb_action.
  */
 typedef enum lb_action_kind {
@@ -376,11 +431,31 @@ typedef struct lb_config lb_config;
 /**
  * One decision of the scheduler (opaque): the answer to an outcome or a
  * cancel, with the numbers behind it (HB-44). Obtained from
- * lb_heartbeat_last_decision(), owned by the caller, freed with
- * lb_decision_free(). Immutable: a `const lb_decision *` may be read from
- * several threads at once.
+ * lb_heartbeat_last_decision() or lb_decision_clone(), owned by the caller,
+ * freed with lb_decision_free(); or lent by a driver event
+ * (lb_event_decision(), valid only during the callback: never free that
+ * one). Immutable: a `const lb_decision *` may be read from several threads
+ * at once.
  */
 typedef struct lb_decision lb_decision;
+
+/**
+ * An HTTP driver (opaque): runs any number of leases (heartbeats) over HTTP
+ * and reports their events to the callback given to lb_driver_new().
+ *
+ * Made by lb_driver_new(); stopped by lb_driver_shutdown() and freed by
+ * lb_driver_free(). Every function taking a `const lb_driver *` is
+ * thread-safe (several threads, the callback included, may call them at
+ * once on the same driver).
+ */
+typedef struct lb_driver lb_driver;
+
+/**
+ * One event of a driver (opaque), lent to the callback: valid only while
+ * the callback runs. Read it with lb_event_get(), lb_event_decision(),
+ * lb_event_reservation_id() and lb_event_error_message().
+ */
+typedef struct lb_event lb_event;
 
 /**
  * The heartbeat of one reservation (opaque): the sans-IO state machine that
@@ -644,6 +719,132 @@ typedef struct lb_decision_info {
 } lb_decision_info;
 
 /**
+ * The event callback given to lb_driver_new(): `user_data` is the pointer
+ * given there, `event` is valid only until the callback returns (copy what
+ * you need, or keep a decision with lb_decision_clone()).
+ *
+ * It runs on the driver's dispatcher thread, one event at a time, in the
+ * order the driver produced them (per lease: decisions, then one
+ * `LB_EVENT_KIND_STOPPED` last). It may call lb_driver_start(),
+ * lb_driver_start_for_reservation(), lb_driver_cancel(), lb_driver_release(),
+ * lb_driver_commit() and every accessor, but not lb_driver_shutdown() or
+ * lb_driver_free() (`LB_STATUS_IN_CALLBACK`). While it runs no other event
+ * is delivered: keep it short. It must not unwind (no C++ exception, no
+ * longjmp out of it).
+ */
+typedef void (*lb_event_callback)(void *user_data, const struct lb_event *event);
+
+/**
+ * A lease's name within its driver: 1 for the first lease started, 2 for
+ * the next, ... (0 is never a lease id). Not the reservation id, which is
+ * unknown until the create succeeds.
+ */
+typedef uint64_t lb_lease_id;
+
+/**
+ * A transport failure kind, an input of lb_heartbeat_handle_failure(): one of
+ * `LB_FAILURE_TIMEOUT`, `LB_FAILURE_CONNECT`, `LB_FAILURE_RESET`. A plain
+ * integer type so that any value the caller passes can be checked.
+ */
+typedef uint32_t lb_failure;
+
+/**
+ * The outcome of lb_driver_release() or lb_driver_commit(): a response, or
+ * a transport failure (neither is an error of the call itself).
+ */
+typedef struct lb_finalize_result {
+    /**
+     * True when a complete HTTP response arrived (`http_status`); false for
+     * a transport failure (`failure`).
+     */
+    bool responded;
+    /**
+     * The HTTP status of the response; 0 without one.
+     */
+    uint32_t http_status;
+    /**
+     * The transport failure (`LB_FAILURE_*`) when `responded` is false;
+     * 0 otherwise (meaningless).
+     */
+    lb_failure failure;
+} lb_finalize_result;
+
+/**
+ * The plain fields of a driver event, copied out by lb_event_get().
+ */
+typedef struct lb_event_info {
+    /**
+     * Decision, stopped or error.
+     */
+    enum lb_event_kind kind;
+    /**
+     * The lease the event is about (as returned by lb_driver_start()).
+     */
+    lb_lease_id lease_id;
+    /**
+     * True once the reservation id is known; read it with
+     * lb_event_reservation_id().
+     */
+    bool has_reservation_id;
+    /**
+     * For `LB_EVENT_KIND_STOPPED`: why. For a decision: its stop reason when
+     * it stops the lease, else `LB_STOP_REASON_NONE`. `NONE` for an error.
+     */
+    enum lb_stop_reason stop_reason;
+    /**
+     * For a decision: what produced it; `LB_EVENT_OUTCOME_NONE` otherwise.
+     */
+    enum lb_event_outcome outcome;
+    /**
+     * The HTTP status when `outcome` is `LB_EVENT_OUTCOME_RESPONSE`, else 0.
+     */
+    uint32_t http_status;
+    /**
+     * The failure (`LB_FAILURE_*`) when `outcome` is
+     * `LB_EVENT_OUTCOME_FAILURE`, else 0 (meaningless).
+     */
+    lb_failure failure;
+    /**
+     * True when the decision answers an attempt (false for a cancel and for
+     * stopped and error events); then the `attempt_*` fields describe it.
+     */
+    bool has_attempt;
+    /**
+     * The core's id of the attempt answered; 0 without one.
+     */
+    uint64_t attempt_id;
+    /**
+     * `LB_NEXT_CREATE` or `LB_NEXT_EXTEND` for the attempt answered;
+     * `LB_NEXT_STOP` without one.
+     */
+    enum lb_next attempt_kind;
+    /**
+     * Whether the attempt used a new key or retried the previous one.
+     */
+    enum lb_key_use attempt_key_use;
+    /**
+     * The attempt key's index on this lease (1, 2, ...); 0 without one.
+     */
+    uint32_t attempt_key_index;
+    /**
+     * When the attempt was marked sent (driver clock, monotonic ns); 0
+     * without one.
+     */
+    uint64_t attempt_sent_ns;
+    /**
+     * When the outcome was observed (decision) or the lease stopped
+     * (stopped), on the driver's monotonic clock in ns (`CLOCK_BOOTTIME` on
+     * Linux); 0 for an error.
+     */
+    uint64_t time_ns;
+    /**
+     * For `LB_EVENT_KIND_ERROR`: the core's error kind as a status
+     * (`LB_STATUS_TIME_WENT_BACKWARDS`, ...); `LB_STATUS_OK` otherwise.
+     */
+    enum lb_status error_status;
+} lb_event_info;
+
+/**
  * What the caller must do now: a value copy, valid after later calls.
  */
 typedef struct lb_action {
@@ -715,13 +916,6 @@ typedef struct lb_header {
      */
     size_t value_len;
 } lb_header;
-
-/**
- * A transport failure kind, an input of lb_heartbeat_handle_failure(): one of
- * `LB_FAILURE_TIMEOUT`, `LB_FAILURE_CONNECT`, `LB_FAILURE_RESET`. A plain
- * integer type so that any value the caller passes can be checked.
- */
-typedef uint32_t lb_failure;
 
 /**
  * The enforced per-attempt timeout fired.
@@ -840,6 +1034,13 @@ enum lb_status lb_fallback_skips(int64_t lead_min_ms,
 void lb_decision_free(struct lb_decision *decision);
 
 /**
+ * Writes a new handle to a copy of `decision` into `*out`: e.g. to keep a
+ * decision lent by a driver event beyond its callback. The caller owns the
+ * copy and frees it with lb_decision_free().
+ */
+enum lb_status lb_decision_clone(const struct lb_decision *decision, struct lb_decision **out);
+
+/**
  * Copies the plain fields of a decision into `*out`.
  */
 enum lb_status lb_decision_get(const struct lb_decision *decision, struct lb_decision_info *out);
@@ -900,6 +1101,169 @@ enum lb_status lb_decision_json(const struct lb_decision *decision,
                                 char *buf,
                                 size_t buf_len,
                                 size_t *out_needed);
+
+/**
+ * Makes a driver and starts its threads: a timer thread, a pool of at most
+ * `max_workers` HTTP worker threads (started on demand) and the dispatcher
+ * thread that calls `callback(user_data, event)` for every event.
+ *
+ * `base_url` (NUL-terminated UTF-8) must start with `http://` or `https://`;
+ * requests go to `{base_url}/v1/reservations...` (a trailing `/` is
+ * ignored; https uses rustls with the webpki roots; no proxy, no redirects).
+ * `api_key` (NUL-terminated UTF-8) is sent as `X-Cycles-API-Key`; it is never
+ * printed nor put in an error message. `max_workers` must be at least 1.
+ * `callback` must not be NULL; `user_data` may be anything (NULL included)
+ * and is passed back untouched, from the dispatcher thread: it must be
+ * usable there. On success `*out` owns the driver: stop it with
+ * lb_driver_shutdown() and/or free it with lb_driver_free().
+ *
+ * Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
+ * `LB_STATUS_INVALID_ARGUMENT` (the URL's scheme, zero workers),
+ * `LB_STATUS_INVALID_CONFIG` (a thread could not be started).
+ */
+enum lb_status lb_driver_new(const char *base_url,
+                             const char *api_key,
+                             size_t max_workers,
+                             lb_event_callback callback,
+                             void *user_data,
+                             struct lb_driver **out);
+
+/**
+ * Starts a lease: a heartbeat made from `cfg` (a create first, then
+ * extensions), run by the driver against its base URL. `*out` receives the
+ * lease id; its events (each decision, then one stopped event) go to the
+ * callback, possibly before this function returns. `cfg` is only read.
+ * The configuration needs a finite `request_timeout_ms`: the driver
+ * enforces it on every attempt.
+ *
+ * Errors: `LB_STATUS_INVALID_CONFIG` (e.g. an unbounded request timeout),
+ * `LB_STATUS_INVALID_KEY`, `LB_STATUS_SHUT_DOWN`, `LB_STATUS_NULL_ARGUMENT`.
+ */
+enum lb_status lb_driver_start(const struct lb_driver *driver,
+                               const struct lb_config *cfg,
+                               lb_lease_id *out);
+
+/**
+ * Starts a lease for a reservation created elsewhere: its first attempt is
+ * an immediate extension (see lb_heartbeat_new_for_reservation()).
+ * `reservation_id` is NUL-terminated UTF-8 of 1..=128 characters. Otherwise
+ * as lb_driver_start().
+ *
+ * Errors: those of lb_driver_start(), `LB_STATUS_INVALID_ARGUMENT` (the
+ * reservation id's length), `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_driver_start_for_reservation(const struct lb_driver *driver,
+                                               const struct lb_config *cfg,
+                                               const char *reservation_id,
+                                               lb_lease_id *out);
+
+/**
+ * Cancels one lease: its `cancelled` decision and stopped event follow on
+ * the callback. It does not release the reservation (lb_driver_release()).
+ * Cancelling a lease that already stopped, or cancelling twice, is
+ * accepted and does nothing more: each lease gets exactly one stopped
+ * event. An attempt in flight finishes in the pool and is ignored.
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (a lease id this driver never
+ * returned), `LB_STATUS_SHUT_DOWN`, `LB_STATUS_NULL_ARGUMENT`.
+ */
+enum lb_status lb_driver_cancel(const struct lb_driver *driver, lb_lease_id lease_id);
+
+/**
+ * Releases a reservation now, on the calling thread:
+ * `POST {base_url}/v1/reservations/{reservation_id}/release` with a fresh
+ * idempotency key and `reason` (NUL-terminated UTF-8, or NULL for none),
+ * bounded by 5 s. Cancel the lease first (lb_driver_cancel()). The outcome
+ * (a status such as 200, or a transport failure) goes to `*out`.
+ *
+ * Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
+ * `LB_STATUS_SHUT_DOWN`.
+ */
+enum lb_status lb_driver_release(const struct lb_driver *driver,
+                                 const char *reservation_id,
+                                 const char *reason,
+                                 struct lb_finalize_result *out);
+
+/**
+ * Commits a reservation now, on the calling thread:
+ * `POST {base_url}/v1/reservations/{reservation_id}/commit` with a fresh
+ * idempotency key and `actual_json` (NUL-terminated UTF-8 JSON, an Amount
+ * object such as `{"unit":"TOKENS","amount":42}`), bounded by 5 s. The
+ * outcome goes to `*out`.
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (`actual_json` is not a JSON
+ * object), `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
+ * `LB_STATUS_SHUT_DOWN`.
+ */
+enum lb_status lb_driver_commit(const struct lb_driver *driver,
+                                const char *reservation_id,
+                                const char *actual_json,
+                                struct lb_finalize_result *out);
+
+/**
+ * Shuts the driver down: cancels every running lease (each gets its
+ * `cancelled` decision and stopped event), waits for the attempts in
+ * flight (each bounded by its request timeout), joins the timer and worker
+ * threads, then lets the dispatcher deliver every remaining event and joins
+ * it. When it returns, the callback has been called for the last time.
+ * Later calls on the driver (but lb_driver_free()) return
+ * `LB_STATUS_SHUT_DOWN`; a second shutdown is a no-op. Another thread may be
+ * calling the `const lb_driver *` functions meanwhile.
+ *
+ * Errors: `LB_STATUS_IN_CALLBACK` when called from the event callback
+ * (nothing is done), `LB_STATUS_NULL_ARGUMENT`.
+ */
+enum lb_status lb_driver_shutdown(struct lb_driver *driver);
+
+/**
+ * Shuts the driver down as lb_driver_shutdown() does (if not done yet),
+ * then frees it: every thread it started is joined and the callback is
+ * never called again once this returns. NULL is a no-op. No other call on
+ * the driver may run or follow. Called from the event callback it does
+ * nothing (it would wait for itself) and sets the last error
+ * (`LB_STATUS_IN_CALLBACK`).
+ */
+void lb_driver_free(struct lb_driver *driver);
+
+/**
+ * Copies the plain fields of an event into `*out`.
+ */
+enum lb_status lb_event_get(const struct lb_event *event, struct lb_event_info *out);
+
+/**
+ * Writes the event's decision into `*out`, or NULL for a stopped or error
+ * event. The decision is lent: valid only while the callback runs, never to
+ * be freed; read it with the `lb_decision_*` functions (e.g.
+ * lb_decision_get(), lb_decision_json()) or keep a copy with
+ * lb_decision_clone().
+ */
+enum lb_status lb_event_decision(const struct lb_event *event, const struct lb_decision **out);
+
+/**
+ * Copies the reservation id into `buf` as a NUL-terminated string (empty
+ * while unknown: `has_reservation_id` false). Buffer convention of
+ * lb_heartbeat_attempt_key().
+ */
+enum lb_status lb_event_reservation_id(const struct lb_event *event,
+                                       char *buf,
+                                       size_t buf_len,
+                                       size_t *out_needed);
+
+/**
+ * Copies an error event's message (`"<code>: <what>"`, from the core) into
+ * `buf` as a NUL-terminated string; empty for other events. Buffer
+ * convention of lb_heartbeat_attempt_key().
+ */
+enum lb_status lb_event_error_message(const struct lb_event *event,
+                                      char *buf,
+                                      size_t buf_len,
+                                      size_t *out_needed);
+
+/**
+ * The stable string of an event kind: `"decision"`, `"stopped"`,
+ * `"error"`; `"unknown"` for other values. Static; do not free.
+ */
+const char *lb_event_kind_str(int32_t kind);
 
 /**
  * Copies the calling thread's last-error message into `buf` as a
@@ -983,6 +1347,24 @@ enum lb_status lb_config_set_key_prefix(struct lb_config *cfg, const char *prefi
  * wrong), `LB_STATUS_INVALID_KEY`.
  */
 enum lb_status lb_heartbeat_new(const struct lb_config *cfg, struct lb_heartbeat **out);
+
+/**
+ * Makes a heartbeat for a reservation created elsewhere (e.g. by another
+ * process): its first action is an immediate extend attempt (attempt id 1,
+ * due at time 0, a new key) instead of a create. `reservation_id` is
+ * NUL-terminated UTF-8 of 1..=128 characters. Nothing proves a lead before
+ * that first extension succeeds: a transient failure of it stops the
+ * heartbeat (`retry_window_exhausted`); its success anchors the schedule as a
+ * create's would. On success `*out` owns the heartbeat: free it with
+ * lb_heartbeat_free(). `cfg` is only read (its `create_request` is unused).
+ *
+ * Errors: `LB_STATUS_INVALID_CONFIG`, `LB_STATUS_INVALID_ARGUMENT` (the
+ * reservation id's length), `LB_STATUS_INVALID_UTF8`,
+ * `LB_STATUS_INVALID_KEY`.
+ */
+enum lb_status lb_heartbeat_new_for_reservation(const struct lb_config *cfg,
+                                                const char *reservation_id,
+                                                struct lb_heartbeat **out);
 
 /**
  * Frees a heartbeat. NULL is a no-op. Decisions obtained from it stay valid.

@@ -9,6 +9,11 @@
 #  5. the header compiled as C++17
 #  6. ffi-c/install.sh into a temporary prefix, then a consumer built through
 #     pkg-config and through CMake find_package(leasebeat)
+#  7. the example agent (examples/c-agent) under valgrind against a live
+#     `leasebeat serve`; then against a URL where nothing listens and against
+#     a server killed mid-run (it must report a stop, never hang)
+# Steps 3 and 4 include the driver tests (tests/c/driver.c) against a live
+# `leasebeat serve` (127.0.0.1, port 0), started here and killed on exit.
 # Set-up: scripts/setup/c.sh (gcc, g++, libcjson-dev, valgrind, pkg-config, cmake).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,10 +24,45 @@ CC="${CC:-cc}"
 CXX="${CXX:-g++}"
 
 tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+server_pids=()
+cleanup() {
+  for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${server_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# start_server NAME [serve options...]: starts `leasebeat serve` on 127.0.0.1
+# port 0 in the background; sets $server_url and $server_pid.
+start_server() {
+  local name="$1"
+  shift
+  "$target/release/leasebeat" serve --bind 127.0.0.1:0 "$@" > "$tmp/$name.out" 2> "$tmp/$name.err" &
+  server_pid=$!
+  server_pids+=("$server_pid")
+  server_url=""
+  for _ in $(seq 200); do
+    server_url="$(sed -n '1s/^listening on //p' "$tmp/$name.out")"
+    if [ -n "$server_url" ]; then return 0; fi
+    if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  cat "$tmp/$name.err" >&2
+  echo "leasebeat serve ($name) did not print its URL" >&2
+  exit 1
+}
 
 echo "==> [c] cargo build --release -p leasebeat-ffi"
 cargo build --release --locked -p leasebeat-ffi
+
+echo "==> [c] cargo build --release -p leasebeat-cli (the reference server)"
+cargo build --release --locked -p leasebeat-cli
+
+# --max-lead-ms 4000: each extension brings the lead back to 4 s, so a lease
+# with ttl 4000 beats about once a second.
+start_server serve --max-lead-ms 4000
+url="$server_url"
+echo "leasebeat serve: $url"
 
 echo "==> [c] header drift and version (cargo test -p leasebeat-ffi)"
 cargo test --release --locked -p leasebeat-ffi
@@ -40,7 +80,7 @@ fi
 cflags=(-std=c11 -Wall -Wextra -Werror -pedantic -g -O1 -Iinclude)
 read -r -a cjson_cflags <<< "$(pkg-config --cflags libcjson)"
 read -r -a cjson_libs <<< "$(pkg-config --libs libcjson)"
-sources=(tests/c/replay.c tests/c/negative.c)
+sources=(tests/c/replay.c tests/c/negative.c tests/c/driver.c)
 syslibs=(-lpthread -ldl -lm)
 
 echo "==> [c] ASan+UBSan, static library"
@@ -49,15 +89,15 @@ echo "==> [c] ASan+UBSan, static library"
   -o "$tmp/lb_test_asan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$tmp/lb_test_asan" "${emit_args[@]}" "${vectors[@]}" > "$tmp/asan.log" 2>&1 || {
+  timeout 600 "$tmp/lb_test_asan" --server "$url" "${emit_args[@]}" "${vectors[@]}" > "$tmp/asan.log" 2>&1 || {
     cat "$tmp/asan.log"; echo "ASan+UBSan run failed" >&2; exit 1; }
 grep -v '^ok [^ ]*$' "$tmp/asan.log" || true
 
 echo "==> [c] valgrind, shared library"
 "$CC" "${cflags[@]}" "${cjson_cflags[@]}" "${sources[@]}" -L"$target/release" -lleasebeat \
   -Wl,-rpath,"$target/release" "${cjson_libs[@]}" "${syslibs[@]}" -o "$tmp/lb_test_shared"
-valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
-  "$tmp/lb_test_shared" "${emit_args[@]}" "${vectors[@]}" > "$tmp/valgrind.log" 2>&1 || {
+timeout 900 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
+  "$tmp/lb_test_shared" --server "$url" "${emit_args[@]}" "${vectors[@]}" > "$tmp/valgrind.log" 2>&1 || {
     cat "$tmp/valgrind.log"; echo "valgrind run failed" >&2; exit 1; }
 grep -v '^ok [^ ]*$' "$tmp/valgrind.log" || true
 
@@ -82,6 +122,58 @@ LD_LIBRARY_PATH="$prefix/lib" "$tmp/cmake-build/consumer_shared"
 "$tmp/cmake-build/consumer_static"
 echo "find_package(leasebeat): leasebeat::leasebeat and leasebeat::leasebeat_static work"
 
+echo "==> [c] the example agent (examples/c-agent) under valgrind against $url"
+"$CC" -std=c11 -Wall -Wextra -Werror -pedantic -g -O1 -Iinclude examples/c-agent/agent.c \
+  -L"$target/release" -lleasebeat -Wl,-rpath,"$target/release" -lpthread -o "$tmp/agent"
+# A 1000 ms request timeout instead of the example's 400: under valgrind the
+# first connection can take longer than 400 ms (the schedule is the same:
+# the attempt budget is at least 1000 ms either way).
+agent_rc=0
+timeout 300 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
+  "$tmp/agent" "$url" agent-key 1000 > "$tmp/agent.log" 2>&1 || agent_rc=$?
+cat "$tmp/agent.log"
+if [ "$agent_rc" -ne 0 ] || grep -q '^==[0-9]*==' "$tmp/agent.log" || ! grep -q '^ok: ' "$tmp/agent.log"; then
+  echo "the example agent failed under valgrind (exit $agent_rc)" >&2
+  exit 1
+fi
+agent_summary="$(grep '^ok: ' "$tmp/agent.log")"
+
+echo "==> [c] the agent against a URL where nothing listens"
+start_server dead
+dead_url="$server_url"
+kill "$server_pid"
+wait "$server_pid" 2>/dev/null || true
+dead_rc=0
+timeout 60 "$tmp/agent" "$dead_url" > "$tmp/agent-dead.log" 2>&1 || dead_rc=$?
+cat "$tmp/agent-dead.log"
+if [ "$dead_rc" -ne 1 ] || ! grep -q '^stopped lease=1 .*reason=create_failed$' "$tmp/agent-dead.log"; then
+  echo "nothing listening: want exit 1 and a create_failed stop, got exit $dead_rc" >&2
+  exit 1
+fi
+
+echo "==> [c] the agent against a server killed mid-run"
+start_server doomed --max-lead-ms 4000
+doomed_rc=0
+timeout 60 "$tmp/agent" "$server_url" > "$tmp/agent-killed.log" 2>&1 &
+agent_pid=$!
+for _ in $(seq 300); do
+  if grep -q 'attempt=extend outcome=200' "$tmp/agent-killed.log" || ! kill -0 "$agent_pid" 2>/dev/null; then break; fi
+  sleep 0.1
+done
+kill "$server_pid"
+wait "$server_pid" 2>/dev/null || true
+wait "$agent_pid" || doomed_rc=$?
+cat "$tmp/agent-killed.log"
+if [ "$doomed_rc" -ne 1 ] || ! grep -q '^stopped lease=1 ' "$tmp/agent-killed.log" \
+  || ! grep -q 'attempt=extend outcome=200' "$tmp/agent-killed.log"; then
+  echo "killed server: want an extension, then a stop and exit 1 (no hang: 124), got exit $doomed_rc" >&2
+  exit 1
+fi
+killed_stop="$(sed -n 's/^stopped lease=1 .*reason=//p' "$tmp/agent-killed.log")"
+
 echo "==> [c] results"
+echo "example agent (valgrind, live server): $agent_summary"
+echo "example agent, nothing listening: stopped create_failed"
+echo "example agent, server killed mid-run: stopped $killed_stop"
 echo "ASan+UBSan (static): $(tail -n 1 "$tmp/asan.log")"
 echo "valgrind (shared):   $(tail -n 1 "$tmp/valgrind.log")"

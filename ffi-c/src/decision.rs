@@ -12,9 +12,11 @@ use crate::types::{
 
 /// One decision of the scheduler (opaque): the answer to an outcome or a
 /// cancel, with the numbers behind it (HB-44). Obtained from
-/// lb_heartbeat_last_decision(), owned by the caller, freed with
-/// lb_decision_free(). Immutable: a `const lb_decision *` may be read from
-/// several threads at once.
+/// lb_heartbeat_last_decision() or lb_decision_clone(), owned by the caller,
+/// freed with lb_decision_free(); or lent by a driver event
+/// (lb_event_decision(), valid only during the callback: never free that
+/// one). Immutable: a `const lb_decision *` may be read from several threads
+/// at once.
 pub struct lb_decision {
     inner: Decision,
 }
@@ -22,6 +24,12 @@ pub struct lb_decision {
 impl lb_decision {
     pub(crate) fn new_raw(inner: Decision) -> *mut lb_decision {
         Box::into_raw(Box::new(lb_decision { inner }))
+    }
+
+    /// An unboxed decision, e.g. one a driver event lends to its callback.
+    #[cfg_attr(not(feature = "driver"), allow(dead_code))]
+    pub(crate) fn from_core(inner: Decision) -> lb_decision {
+        lb_decision { inner }
     }
 }
 
@@ -142,6 +150,22 @@ pub extern "C" fn lb_decision_free(decision: *mut lb_decision) {
         }
         Ok(())
     });
+}
+
+/// Writes a new handle to a copy of `decision` into `*out`: e.g. to keep a
+/// decision lent by a driver event beyond its callback. The caller owns the
+/// copy and frees it with lb_decision_free().
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_decision_clone(
+    decision: *const lb_decision,
+    out: *mut *mut lb_decision,
+) -> crate::error::lb_status {
+    with_decision(decision, |d| {
+        check_out(out, "out")?;
+        // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, lb_decision::new_raw(d.clone())) };
+        Ok(())
+    })
 }
 
 fn with_decision(

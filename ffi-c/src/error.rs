@@ -53,11 +53,18 @@ pub enum lb_status {
     /// A bug: the library panicked. The panic was caught at the boundary; a
     /// heartbeat that panicked refuses every further call with this status.
     Panic = 103,
+    /// The driver has shut down (lb_driver_shutdown() or lb_driver_free()
+    /// began): it starts and cancels nothing more.
+    ShutDown = 104,
+    /// The call is not allowed from inside the driver's event callback:
+    /// lb_driver_shutdown() and lb_driver_free() wait for the callback's own
+    /// thread to finish.
+    InCallback = 105,
 }
 
 impl lb_status {
     /// Every status, in a fixed order.
-    pub(crate) const ALL: [lb_status; 13] = [
+    pub(crate) const ALL: [lb_status; 15] = [
         lb_status::Ok,
         lb_status::InvalidConfig,
         lb_status::InvalidArgument,
@@ -71,6 +78,8 @@ impl lb_status {
         lb_status::BufferTooSmall,
         lb_status::InvalidUtf8,
         lb_status::Panic,
+        lb_status::ShutDown,
+        lb_status::InCallback,
     ];
 
     /// The status of a core error kind. Exhaustive on purpose: a new core
@@ -106,6 +115,8 @@ impl lb_status {
             lb_status::BufferTooSmall => "buffer_too_small",
             lb_status::InvalidUtf8 => "invalid_utf8",
             lb_status::Panic => "panic",
+            lb_status::ShutDown => "shut_down",
+            lb_status::InCallback => "in_callback",
         }
     }
 
@@ -125,6 +136,8 @@ impl lb_status {
             lb_status::BufferTooSmall => b"buffer_too_small\0",
             lb_status::InvalidUtf8 => b"invalid_utf8\0",
             lb_status::Panic => b"panic\0",
+            lb_status::ShutDown => b"shut_down\0",
+            lb_status::InCallback => b"in_callback\0",
         }
     }
 }

@@ -112,6 +112,22 @@ pub extern "C" fn lb_config_free(cfg: *mut lb_config) {
     });
 }
 
+impl lb_config {
+    /// A heartbeat from this configuration: a create first, or (with a
+    /// reservation id) an immediate extension of an existing reservation.
+    pub(crate) fn heartbeat(&self, reservation_id: Option<&str>) -> Result<Heartbeat, Fail> {
+        let keys: Box<dyn KeySource> = match &self.key_prefix {
+            Some(prefix) => Box::new(SequentialKeys::new(prefix.clone())),
+            None => Box::new(UuidV4Keys),
+        };
+        let config = self.config.clone();
+        Ok(match reservation_id {
+            None => Heartbeat::with_key_source(config, keys)?,
+            Some(id) => Heartbeat::for_reservation_with_key_source(config, id, keys)?,
+        })
+    }
+}
+
 fn with_config(
     cfg: *mut lb_config,
     f: impl FnOnce(&mut lb_config) -> Result<(), Fail>,
@@ -214,11 +230,42 @@ pub extern "C" fn lb_heartbeat_new(
         // SAFETY: `cfg` is NULL or a live configuration not mutated during the call.
         let cfg = unsafe { try_ref(cfg, "cfg") }?;
         check_out(out, "out")?;
-        let keys: Box<dyn KeySource> = match &cfg.key_prefix {
-            Some(prefix) => Box::new(SequentialKeys::new(prefix.clone())),
-            None => Box::new(UuidV4Keys),
-        };
-        let inner = Heartbeat::with_key_source(cfg.config.clone(), keys)?;
+        let inner = cfg.heartbeat(None)?;
+        let hb = Box::new(lb_heartbeat {
+            inner,
+            poisoned: false,
+        });
+        // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, Box::into_raw(hb)) };
+        Ok(())
+    })
+}
+
+/// Makes a heartbeat for a reservation created elsewhere (e.g. by another
+/// process): its first action is an immediate extend attempt (attempt id 1,
+/// due at time 0, a new key) instead of a create. `reservation_id` is
+/// NUL-terminated UTF-8 of 1..=128 characters. Nothing proves a lead before
+/// that first extension succeeds: a transient failure of it stops the
+/// heartbeat (`retry_window_exhausted`); its success anchors the schedule as a
+/// create's would. On success `*out` owns the heartbeat: free it with
+/// lb_heartbeat_free(). `cfg` is only read (its `create_request` is unused).
+///
+/// Errors: `LB_STATUS_INVALID_CONFIG`, `LB_STATUS_INVALID_ARGUMENT` (the
+/// reservation id's length), `LB_STATUS_INVALID_UTF8`,
+/// `LB_STATUS_INVALID_KEY`.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_heartbeat_new_for_reservation(
+    cfg: *const lb_config,
+    reservation_id: *const c_char,
+    out: *mut *mut lb_heartbeat,
+) -> lb_status {
+    guard(|| {
+        // SAFETY: `cfg` is NULL or a live configuration not mutated during the call.
+        let cfg = unsafe { try_ref(cfg, "cfg") }?;
+        // SAFETY: `reservation_id` is NULL or a NUL-terminated string, by the caller's promise.
+        let id = unsafe { try_str(reservation_id, "reservation_id") }?;
+        check_out(out, "out")?;
+        let inner = cfg.heartbeat(Some(id))?;
         let hb = Box::new(lb_heartbeat {
             inner,
             poisoned: false,

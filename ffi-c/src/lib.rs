@@ -19,7 +19,8 @@
 //! Modules: [`error`] (status, last error, panic boundary), [`buf`] (pointer
 //! checks and the caller-buffer convention), [`types`] (plain value types),
 //! [`heartbeat`] (configuration and state machine), [`decision`] (decisions),
-//! [`arith`] (the pure arithmetic). Unsafe code lives only in this crate, in
+//! [`arith`] (the pure arithmetic), `driver` (the HTTP driver with its event
+//! callback; cargo feature `driver`, on by default). Unsafe code lives only in this crate, in
 //! small blocks with a SAFETY comment.
 #![allow(non_camel_case_types)]
 // The exports take raw pointers from C, where `unsafe fn` means nothing; each
@@ -32,6 +33,8 @@
 pub mod arith;
 pub mod buf;
 pub mod decision;
+#[cfg(feature = "driver")]
+pub mod driver;
 pub mod error;
 pub mod heartbeat;
 pub mod types;
@@ -40,6 +43,8 @@ use std::ffi::c_char;
 
 pub use arith::*;
 pub use decision::*;
+#[cfg(feature = "driver")]
+pub use driver::*;
 pub use error::*;
 pub use heartbeat::*;
 pub use types::*;

@@ -25,4 +25,7 @@ int headers_from_json(header_list *h, const struct cJSON *obj);
 /** The negative, buffer, version and arithmetic tests (negative.c). */
 void run_api_tests(void);
 
+/** The driver tests (driver.c); the live ones only with a server URL. */
+void run_driver_tests(const char *server_url);
+
 #endif

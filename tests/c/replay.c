@@ -788,12 +788,21 @@ static void compare_with_rust(const char *path) {
 
 int main(int argc, char **argv) {
     const char *rust_emit = NULL;
+    const char *server = NULL;
     int first = 1;
-    if (argc >= 3 && strcmp(argv[1], "--compare-emitted") == 0) {
-        rust_emit = argv[2];
-        first = 3;
+    for (;;) {
+        if (argc >= first + 2 && strcmp(argv[first], "--compare-emitted") == 0) {
+            rust_emit = argv[first + 1];
+            first += 2;
+        } else if (argc >= first + 2 && strcmp(argv[first], "--server") == 0) {
+            server = argv[first + 1];
+            first += 2;
+        } else {
+            break;
+        }
     }
     run_api_tests();
+    run_driver_tests(server);
     for (int i = first; i < argc; i++) replay_file(argv[i]);
     if (rust_emit) compare_with_rust(rust_emit);
     lines_free(&g_emitted);
