@@ -60,6 +60,9 @@ struct Turn {
 
 #[derive(Clone, Debug)]
 struct Case {
+    /// Heartbeat a reservation created beforehand (`for_reservation`)
+    /// instead of creating one.
+    existing: bool,
     policy: Policy,
     ttl_ms: u64,
     timeout_ms: Option<u64>,
@@ -121,6 +124,7 @@ fn case() -> impl Strategy<Value = Case> {
                     omit_remaining: omit,
                 });
             (
+                prop::bool::weighted(0.2),
                 policy,
                 Just(ttl),
                 Just(timeout),
@@ -128,13 +132,16 @@ fn case() -> impl Strategy<Value = Case> {
                 prop::collection::vec(turn(), 1..40),
             )
         })
-        .prop_map(|(policy, ttl_ms, timeout_ms, offset_ms, turns)| Case {
-            policy,
-            ttl_ms,
-            timeout_ms,
-            offset_ms,
-            turns,
-        })
+        .prop_map(
+            |(existing, policy, ttl_ms, timeout_ms, offset_ms, turns)| Case {
+                existing,
+                policy,
+                ttl_ms,
+                timeout_ms,
+                offset_ms,
+                turns,
+            },
+        )
 }
 
 fn create_request() -> serde_json::Map<String, serde_json::Value> {
@@ -246,9 +253,21 @@ fn check_decision(
 fn run_case(case: Case) -> Result<(), TestCaseError> {
     let mut config = Config::new(case.ttl_ms, case.timeout_ms);
     config.create_request = create_request();
-    let mut hb = Heartbeat::with_key_source(config, Box::new(SequentialKeys::new("k")))
-        .expect("valid config");
     let mut server = SimServer::new(case.policy.clone());
+    let keys = Box::new(SequentialKeys::new("k"));
+    let mut hb = if case.existing {
+        // Created by someone else half a second before the caller's clock starts.
+        let mut body = create_request();
+        body.insert("idempotency_key".into(), "elsewhere".into());
+        body.insert("ttl_ms".into(), case.ttl_ms.into());
+        let body = serde_json::to_vec(&body).expect("JSON");
+        let r = server.create(500 + case.offset_ms, None, &body);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+        let id = v["reservation_id"].as_str().expect("created").to_owned();
+        Heartbeat::for_reservation_with_key_source(config, id, keys).expect("valid config")
+    } else {
+        Heartbeat::with_key_source(config, keys).expect("valid config")
+    };
     let mut checker = Checker {
         used_keys: HashSet::new(),
         zero_streak: 0,
