@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # The C stage: the C ABI (ffi-c) and include/leasebeat.h.
-#  1. cargo build --release -p leasebeat-ffi (libleasebeat.so and .a)
+#  1. cargo build --release -p leasebeat-ffi (libleasebeat.so and .a); the
+#     SONAME of libleasebeat.so is checked (libleasebeat.so.0.1 for 0.1.x)
 #  2. the Rust tests of ffi-c, among them the header drift and version test
 #  3. tests/c under ASan+UBSan against the static library
 #  4. tests/c under valgrind against the shared library
 #     (both replay every tests/vectors/*.json and compare every decision with
 #     the Rust replay's `leasebeat replay --emit`, plus the API's negative tests)
 #  5. the header compiled as C++17
-#  6. ffi-c/install.sh into a temporary prefix, then a consumer built through
-#     pkg-config and through CMake find_package(leasebeat)
+#  6. ffi-c/install.sh into a temporary prefix (the real file, its SONAME link
+#     and the dev link are checked), then a consumer built through pkg-config
+#     (no rpath: it runs with LD_LIBRARY_PATH=PREFIX/lib, so the SONAME link
+#     must resolve) and through CMake find_package(leasebeat), shared and static
 #  7. the example agent (examples/c-agent) under valgrind against a live
 #     `leasebeat serve`; then against a URL where nothing listens and against
 #     a server killed mid-run (it must report a stop, never hang)
 # Steps 3 and 4 include the driver tests (tests/c/driver.c) against a live
 # `leasebeat serve` (127.0.0.1, port 0), started here and killed on exit.
+# Programs linked against target/release/libleasebeat.so (steps 4 and 7) record
+# its SONAME (libleasebeat.so.0.1), a name cargo does not create: they are
+# linked with -L target/release and an rpath to $tmp/lib, which holds only the
+# link libleasebeat.so.0.1 -> target/release/libleasebeat.so (removed on exit).
 # Set-up: scripts/setup/c.sh (gcc, g++, libcjson-dev, valgrind, pkg-config, cmake).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +62,21 @@ start_server() {
 echo "==> [c] cargo build --release -p leasebeat-ffi"
 cargo build --release --locked -p leasebeat-ffi
 
+echo "==> [c] the SONAME of libleasebeat.so"
+# needed FILE: the DT_NEEDED entries of FILE, one a line.
+needed() { LC_ALL=C readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'; }
+version="$(sed -n 's/^#define LEASEBEAT_VERSION "\(.*\)"$/\1/p' include/leasebeat.h)"
+IFS=. read -r v_major v_minor _ <<< "$version"
+if [ "$v_major" = 0 ]; then want_soname="libleasebeat.so.0.$v_minor"; else want_soname="libleasebeat.so.$v_major"; fi
+soname="$(LC_ALL=C readelf -d "$target/release/libleasebeat.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]$/\1/p')"
+if [ "$soname" != "$want_soname" ]; then
+  echo "libleasebeat.so: SONAME '$soname', want '$want_soname' (version $version; ffi-c/build.rs)" >&2
+  exit 1
+fi
+echo "SONAME: $soname"
+mkdir -p "$tmp/lib"
+ln -s "$target/release/libleasebeat.so" "$tmp/lib/$soname"
+
 echo "==> [c] cargo build --release -p leasebeat-cli (the reference server)"
 cargo build --release --locked -p leasebeat-cli
 
@@ -95,7 +117,11 @@ grep -v '^ok [^ ]*$' "$tmp/asan.log" || true
 
 echo "==> [c] valgrind, shared library"
 "$CC" "${cflags[@]}" "${cjson_cflags[@]}" "${sources[@]}" -L"$target/release" -lleasebeat \
-  -Wl,-rpath,"$target/release" "${cjson_libs[@]}" "${syslibs[@]}" -o "$tmp/lb_test_shared"
+  -Wl,-rpath,"$tmp/lib" "${cjson_libs[@]}" "${syslibs[@]}" -o "$tmp/lb_test_shared"
+if ! needed "$tmp/lb_test_shared" | grep -xF "$soname" >/dev/null; then
+  echo "lb_test_shared does not need $soname: $(needed "$tmp/lb_test_shared" | tr '\n' ' ')" >&2
+  exit 1
+fi
 timeout 900 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
   "$tmp/lb_test_shared" --server "$url" "${emit_args[@]}" "${vectors[@]}" > "$tmp/valgrind.log" 2>&1 || {
     cat "$tmp/valgrind.log"; echo "valgrind run failed" >&2; exit 1; }
@@ -108,23 +134,57 @@ echo "header compiles as C++17"
 echo "==> [c] install into a fresh prefix; pkg-config and CMake consumers"
 prefix="$tmp/prefix"
 ffi-c/install.sh "$prefix"
+realname="libleasebeat.so.$version"
+if [ ! -f "$prefix/lib/$realname" ] || [ -L "$prefix/lib/$realname" ] \
+  || [ "$(readlink "$prefix/lib/libleasebeat.so")" != "$soname" ] \
+  || { [ "$soname" != "$realname" ] && [ "$(readlink "$prefix/lib/$soname")" != "$realname" ]; }; then
+  ls -l "$prefix/lib" >&2
+  echo "install: want the file $realname, $soname -> $realname and libleasebeat.so -> $soname" >&2
+  exit 1
+fi
+if grep -q 'IMPORTED_NO_SONAME' "$prefix/lib/cmake/leasebeat/leasebeatConfig.cmake" \
+  || ! grep -qF "IMPORTED_SONAME \"$soname\"" "$prefix/lib/cmake/leasebeat/leasebeatConfig.cmake"; then
+  echo "leasebeatConfig.cmake: want IMPORTED_SONAME \"$soname\" and no IMPORTED_NO_SONAME" >&2
+  exit 1
+fi
+echo "installed: lib/$realname, lib/$soname -> $realname, lib/libleasebeat.so -> $soname"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 pkg-config --exists --print-errors leasebeat
 echo "pkg-config --cflags --libs leasebeat: $(pkg-config --cflags --libs leasebeat)"
 read -r -a lb_flags <<< "$(pkg-config --cflags --libs leasebeat)"
+# No rpath: the loader must find $soname through LD_LIBRARY_PATH, in the prefix.
 "$CC" -std=c11 -Wall -Wextra -Werror -pedantic tests/c/consumer/consumer.c "${lb_flags[@]}" \
-  -Wl,-rpath,"$prefix/lib" -o "$tmp/consumer_pkgconfig"
-"$tmp/consumer_pkgconfig"
+  -o "$tmp/consumer_pkgconfig"
+# check_shared_consumer FILE: FILE needs $soname (not the dev link
+# libleasebeat.so), the loader resolves it to the prefix, and FILE runs.
+check_shared_consumer() {
+  if [ "$(needed "$1" | grep '^libleasebeat')" != "$soname" ]; then
+    echo "$1 needs $(needed "$1" | grep '^libleasebeat' | tr '\n' ' '), want $soname" >&2
+    exit 1
+  fi
+  local resolved
+  resolved="$(LD_LIBRARY_PATH="$prefix/lib" ldd "$1" | awk -v n="$soname" '$1 == n { print $3 }')"
+  if [ "$resolved" != "$prefix/lib/$soname" ]; then
+    echo "$1: $soname resolves to '$resolved', want $prefix/lib/$soname" >&2
+    exit 1
+  fi
+  LD_LIBRARY_PATH="$prefix/lib" "$1"
+}
+check_shared_consumer "$tmp/consumer_pkgconfig"
 cmake -S tests/c/consumer -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release > "$tmp/cmake.log" 2>&1 || {
   cat "$tmp/cmake.log"; exit 1; }
 cmake --build "$tmp/cmake-build" > "$tmp/cmake-build.log" 2>&1 || { cat "$tmp/cmake-build.log"; exit 1; }
-LD_LIBRARY_PATH="$prefix/lib" "$tmp/cmake-build/consumer_shared"
+check_shared_consumer "$tmp/cmake-build/consumer_shared"
+if needed "$tmp/cmake-build/consumer_static" | grep '^libleasebeat' >/dev/null; then
+  echo "consumer_static needs a libleasebeat shared library" >&2
+  exit 1
+fi
 "$tmp/cmake-build/consumer_static"
 echo "find_package(leasebeat): leasebeat::leasebeat and leasebeat::leasebeat_static work"
 
 echo "==> [c] the example agent (examples/c-agent) under valgrind against $url"
 "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -g -O1 -Iinclude examples/c-agent/agent.c \
-  -L"$target/release" -lleasebeat -Wl,-rpath,"$target/release" -lpthread -o "$tmp/agent"
+  -L"$target/release" -lleasebeat -Wl,-rpath,"$tmp/lib" -lpthread -o "$tmp/agent"
 # A 1000 ms request timeout instead of the example's 400: under valgrind the
 # first connection can take longer than 400 ms (the schedule is the same:
 # the attempt budget is at least 1000 ms either way).
@@ -175,5 +235,6 @@ echo "==> [c] results"
 echo "example agent (valgrind, live server): $agent_summary"
 echo "example agent, nothing listening: stopped create_failed"
 echo "example agent, server killed mid-run: stopped $killed_stop"
+echo "SONAME: $soname; installed consumers (pkg-config, CMake shared/static) run"
 echo "ASan+UBSan (static): $(tail -n 1 "$tmp/asan.log")"
 echo "valgrind (shared):   $(tail -n 1 "$tmp/valgrind.log")"
