@@ -13,6 +13,16 @@ void check(int ok, const char *fmt, ...)
 #endif
     ;
 
+/** The thread's last error message (lb_last_error), in a static buffer. */
+const char *last_error_text(void);
+
+/** A call's status: OK, or the expected refusal whose message starts with
+ *  the status name and says more. */
+void expect_status(lb_status got, lb_status want, const char *what, int line);
+
+#define EXPECT(call, want) expect_status((call), (want), #call, __LINE__)
+#define CHECK(cond) check((cond), "line %d: %s", __LINE__, #cond)
+
 /** Response headers built from a vector. */
 typedef struct {
     lb_header *items;

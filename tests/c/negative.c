@@ -11,27 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *err(void) {
-    static char buf[512];
-    size_t need = 0;
-    if (lb_last_error(buf, sizeof buf, &need) != LB_STATUS_OK) strcpy(buf, "(lb_last_error failed)");
-    return buf;
-}
 
-/* A refused call: the status matches and the message starts with its name. */
-static void expect_status(lb_status got, lb_status want, const char *what, int line) {
-    if (want == LB_STATUS_OK) {
-        check(got == LB_STATUS_OK, "line %d: %s: got %s (%s)", line, what, lb_status_str(got), err());
-        return;
-    }
-    const char *msg = err();
-    const char *name = lb_status_str(want);
-    check(got == want && strncmp(msg, name, strlen(name)) == 0 && strlen(msg) > strlen(name) + 2,
-          "line %d: %s: got %s, want %s; message \"%s\"", line, what, lb_status_str(got), name, msg);
-}
 
-#define EXPECT(call, want) expect_status((call), (want), #call, __LINE__)
-#define CHECK(cond) check((cond), "line %d: %s", __LINE__, #cond)
 
 static const char CREATE_OK[] =
     "{\"decision\":\"ALLOW\",\"reservation_id\":\"r-1\",\"affected_scopes\":[\"tenant:a\"],"

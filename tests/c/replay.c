@@ -42,6 +42,25 @@ void check(int ok, const char *fmt, ...) {
     fputc('\n', stdout);
 }
 
+const char *last_error_text(void) {
+    static char buf[512];
+    size_t need = 0;
+    if (lb_last_error(buf, sizeof buf, &need) != LB_STATUS_OK) strcpy(buf, "(lb_last_error failed)");
+    return buf;
+}
+
+void expect_status(lb_status got, lb_status want, const char *what, int line) {
+    if (want == LB_STATUS_OK) {
+        check(got == LB_STATUS_OK, "line %d: %s: got %s (%s)", line, what, lb_status_str(got),
+              last_error_text());
+        return;
+    }
+    const char *msg = last_error_text();
+    const char *name = lb_status_str(want);
+    check(got == want && strncmp(msg, name, strlen(name)) == 0 && strlen(msg) > strlen(name) + 2,
+          "line %d: %s: got %s, want %s; message \"%s\"", line, what, lb_status_str(got), name, msg);
+}
+
 /* ----- growable byte buffer ----- */
 
 typedef struct {
