@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --locked --release
-cargo run --release --locked -q -p leasebeat-cli -- replay tests/vectors/*.json
+cargo run --release --locked -q -p leasebeat-cli -- replay tests/vectors/*.json tests/vectors/pending-bindings/*.json

@@ -364,6 +364,28 @@ pub struct Decision {
     pub outcome: OutcomeClass,
     /// A human-readable detail (e.g. the Retry-After problem, the error code).
     pub detail: Option<String>,
+    /// D-15: the instant (caller nanoseconds, like `at_ns`) until which the
+    /// lease is proven alive: the receipt of the last primary-path success
+    /// plus its lead floor. `Some(u64::MAX)` is +infinity (the sum
+    /// overflowed). `None` before the first success and on the fallback
+    /// path, which proves nothing. Carried by every primary decision,
+    /// retries and stops included. Reaching it without a newer success puts
+    /// the lease in jeopardy.
+    pub proven_until_ns: Option<u64>,
+    /// The deciding success's `expires_at_ms` (server clock), when this
+    /// decision answers a success that carried it.
+    pub expires_at_ms: Option<u64>,
+    /// The deciding success's `remaining_ttl_ms`, when this decision answers
+    /// a success that carried it.
+    pub remaining_ttl_ms: Option<u64>,
+}
+
+impl fmt::Display for Decision {
+    /// The emitted-decision JSON line ([`Decision::to_json`]), members in
+    /// lexicographic order.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Value::Object(self.to_json()))
+    }
 }
 
 impl Decision {
@@ -377,7 +399,9 @@ impl Decision {
 
     /// The emitted-decision JSON object of the scenario format (without `id`
     /// and `step`, which only a replay knows): `next`, `at` (ms), `key`,
-    /// `key_index`, `reason`, `mode`, `numbers`, `warnings`.
+    /// `key_index`, `reason`, `mode`, `numbers`, `warnings`, and where they
+    /// apply `proven_until` (ms, `"inf"` when it overflowed), `expires_at_ms`
+    /// and `remaining_ttl_ms`.
     pub fn to_json(&self) -> Map<String, Value> {
         let mut m = Map::new();
         match self.next {
@@ -409,6 +433,18 @@ impl Decision {
             "warnings".into(),
             json!(self.warnings.iter().map(|w| w.as_str()).collect::<Vec<_>>()),
         );
+        if let Some(p) = self.proven_until_ns {
+            m.insert(
+                "proven_until".into(),
+                ns_to_ms_json(Some(p).filter(|p| *p != u64::MAX)),
+            );
+        }
+        if let Some(e) = self.expires_at_ms {
+            m.insert("expires_at_ms".into(), e.into());
+        }
+        if let Some(r) = self.remaining_ttl_ms {
+            m.insert("remaining_ttl_ms".into(), r.into());
+        }
         m
     }
 }

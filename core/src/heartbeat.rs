@@ -181,6 +181,35 @@ impl Response {
     }
 }
 
+/// The outcome of a create the caller performed itself (see
+/// [`Heartbeat::adopt_create`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// An HTTP response (status, headers, raw body), as it arrived.
+    Response(Response),
+    /// No response: the attempt timed out, could not connect, or was reset.
+    Failure(TransportFailure),
+}
+
+/// A create the caller already performed: what [`Heartbeat::adopt_create`]
+/// takes over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdoptedCreate {
+    /// The idempotency key the create used (header and body); a create retry
+    /// reuses it.
+    pub key: String,
+    /// The exact request body sent, if the caller has it; a create retry
+    /// resends it byte for byte.
+    pub body: Option<Vec<u8>>,
+    /// When the create was sent (monotonic ns, the clock of every later
+    /// event); `None` if unknown, which makes the round trip unknown (HB-12).
+    pub sent_ns: Option<u64>,
+    /// When its outcome was observed (after the complete body), monotonic ns.
+    pub received_ns: u64,
+    /// The outcome.
+    pub outcome: CreateOutcome,
+}
+
 /// One attempt the caller must send.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Attempt {
@@ -347,8 +376,17 @@ impl Heartbeat {
     /// A heartbeat taking new keys from `keys` (D-12), e.g. a
     /// [`crate::SequentialKeys`] for deterministic tests.
     pub fn with_key_source(config: Config, keys: Box<dyn KeySource>) -> Result<Heartbeat, Error> {
+        let mut hb = Heartbeat::blank(config, keys)?;
+        let key = hb.fresh_key()?;
+        let body = hb.create_body(&key);
+        hb.install_attempt(AttemptKind::Create, Some(0), key, KeyUse::New, body, false);
+        Ok(hb)
+    }
+
+    /// A validated heartbeat with no attempt installed yet.
+    fn blank(config: Config, keys: Box<dyn KeySource>) -> Result<Heartbeat, Error> {
         config.validate()?;
-        let mut hb = Heartbeat {
+        Ok(Heartbeat {
             config,
             keys,
             used_keys: HashSet::new(),
@@ -365,11 +403,118 @@ impl Heartbeat {
             zero_streak: 0,
             grants: GrantBook::default(),
             last_decision: None,
+        })
+    }
+
+    /// Takes over a lease whose create the caller performed itself (an SDK's
+    /// own HTTP client), with random UUIDv4 keys for the extensions. See
+    /// [`Heartbeat::adopt_create_with_key_source`].
+    pub fn adopt_create(
+        config: Config,
+        create: AdoptedCreate,
+    ) -> Result<(Heartbeat, Decision), Error> {
+        Heartbeat::adopt_create_with_key_source(config, create, Box::new(UuidV4Keys))
+    }
+
+    /// Takes over a lease whose create the caller performed itself: the
+    /// create's key, its send and receive instants and its raw outcome are
+    /// classified exactly as if this heartbeat had sent the create (HB-15: a
+    /// success anchors the schedule and the fallback bookkeeping, with no
+    /// priming extension; an ambiguous or transient outcome asks for the one
+    /// same-key create retry, with the caller's key and body; a 4xx stops
+    /// `create_rejected`; ...). Returns the heartbeat and its first decision.
+    ///
+    /// The create counts as attempt 1 and its key as key 1 of the lease.
+    /// `create.body`, when given, must be the exact request body sent (a JSON
+    /// object whose `idempotency_key`, if present, is `create.key`); a create
+    /// retry resends it byte for byte. When `None`, a retry sends the body
+    /// this heartbeat would have built from `config` (`create_request` plus
+    /// `idempotency_key` and `ttl_ms`). `create.sent_ns` `None` means the
+    /// round trip is unknown (HB-12). Errors: [`ErrorKind::InvalidConfig`]
+    /// for `config`, [`ErrorKind::InvalidKey`] for a key of 0 or more than
+    /// 256 characters, [`ErrorKind::InvalidArgument`] for a body that does
+    /// not match, a status outside 100..=999, or `sent_ns` after
+    /// `received_ns`.
+    ///
+    /// ```
+    /// use leasebeat::{AdoptedCreate, Config, CreateOutcome, Heartbeat, Response, Num};
+    /// let body = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:a"],"expires_at_ms":1785585661500,"remaining_ttl_ms":61500}"#;
+    /// let (hb, first) = Heartbeat::adopt_create(
+    ///     Config::new(60_000, Some(10_000)),
+    ///     AdoptedCreate {
+    ///         key: "sdk-create-key".into(),
+    ///         body: None,
+    ///         sent_ns: Some(0),
+    ///         received_ns: 1_500_000_000,
+    ///         outcome: CreateOutcome::Response(Response::new(200).body(&body[..])),
+    ///     },
+    /// )
+    /// .unwrap();
+    /// assert_eq!(first.at_ns, Some(38_500_000_000)); // no priming extension
+    /// assert_eq!(first.proven_until_ns, Some(61_500_000_000));
+    /// assert_eq!(first.expires_at_ms, Some(1_785_585_661_500));
+    /// assert_eq!(hb.reservation_id(), Some("r-1"));
+    /// ```
+    pub fn adopt_create_with_key_source(
+        config: Config,
+        create: AdoptedCreate,
+        keys: Box<dyn KeySource>,
+    ) -> Result<(Heartbeat, Decision), Error> {
+        let AdoptedCreate {
+            key,
+            body,
+            sent_ns,
+            received_ns,
+            outcome,
+        } = create;
+        let mut hb = Heartbeat::blank(config, keys)?;
+        let chars = key.chars().count();
+        if chars == 0 || chars > MAX_KEY_CHARS {
+            return Err(Error::new(
+                ErrorKind::InvalidKey,
+                format!(
+                    "the adopted create's key has {chars} characters (must be 1..={MAX_KEY_CHARS})"
+                ),
+            ));
+        }
+        if let Some(sent) = sent_ns {
+            if sent > received_ns {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "the adopted create was sent at {sent} ns, after its outcome at {received_ns} ns"
+                    ),
+                ));
+            }
+        }
+        let body = match body {
+            Some(bytes) => {
+                check_adopted_body(&bytes, &key)?;
+                bytes
+            }
+            None => hb.create_body(&key),
         };
-        let key = hb.fresh_key()?;
-        let body = hb.create_body(&key);
-        hb.install_attempt(AttemptKind::Create, Some(0), key, KeyUse::New, body, false);
-        Ok(hb)
+        let sent = sent_ns.unwrap_or(received_ns);
+        hb.install_attempt(
+            AttemptKind::Create,
+            Some(sent),
+            key,
+            KeyUse::New,
+            body,
+            false,
+        );
+        let id = hb.attempt.as_ref().map(|a| a.id).unwrap_or(1);
+        hb.handle_sent(id, sent)?;
+        let decision = match outcome {
+            CreateOutcome::Response(mut response) => {
+                if sent_ns.is_none() {
+                    response.timing = Timing::Unknown;
+                }
+                hb.handle_response(id, response, received_ns)?
+            }
+            CreateOutcome::Failure(failure) => hb.handle_failure(id, failure, received_ns)?,
+        };
+        Ok((hb, decision))
     }
 
     /// A heartbeat for a reservation created elsewhere, with random UUIDv4
@@ -723,6 +868,7 @@ impl Heartbeat {
     ) -> Decision {
         self.stopped = Some(reason);
         self.attempt = None;
+        let proven_until_ns = self.proven_until_ns();
         let d = Decision {
             reservation_id: self.reservation_id.clone(),
             next: Next::Stop(reason),
@@ -734,6 +880,9 @@ impl Heartbeat {
             warnings: Vec::new(),
             outcome,
             detail,
+            proven_until_ns,
+            expires_at_ms: None,
+            remaining_ttl_ms: None,
         };
         self.record(d)
     }
@@ -751,6 +900,7 @@ impl Heartbeat {
         outcome: OutcomeClass,
         detail: Option<String>,
     ) -> Decision {
+        let proven_until_ns = self.proven_until_ns();
         let d = Decision {
             reservation_id: self.reservation_id.clone(),
             next: Next::Send(kind),
@@ -762,7 +912,29 @@ impl Heartbeat {
             warnings,
             outcome,
             detail,
+            proven_until_ns,
+            expires_at_ms: None,
+            remaining_ttl_ms: None,
         };
+        self.record(d)
+    }
+
+    /// D-15: receipt of the last primary success plus its lead floor.
+    fn proven_until_ns(&self) -> Option<u64> {
+        self.anchor
+            .filter(|a| a.mode == Mode::Primary)
+            .map(|a| arith::due_after(a.received_ns, a.lead_floor).unwrap_or(u64::MAX))
+    }
+
+    /// Adds the deciding success's instants to the decision just recorded.
+    fn with_instants(
+        &mut self,
+        mut d: Decision,
+        expires_at_ms: Option<u64>,
+        remaining_ttl_ms: Option<u64>,
+    ) -> Decision {
+        d.expires_at_ms = expires_at_ms;
+        d.remaining_ttl_ms = remaining_ttl_ms;
         self.record(d)
     }
 
@@ -808,7 +980,14 @@ impl Heartbeat {
                         sum_grants: 0,
                         last_expires_at: body.expires_at_ms,
                     };
-                    Ok(self.on_success(key, body.remaining_ttl_ms, None, rtt, now_ns))
+                    Ok(self.on_success(
+                        key,
+                        body.remaining_ttl_ms,
+                        body.expires_at_ms,
+                        None,
+                        rtt,
+                        now_ns,
+                    ))
                 }
                 Err(why) => {
                     self.last_event_ns = now_ns;
@@ -896,6 +1075,19 @@ impl Heartbeat {
     /// A schema-valid success observed at `now_ns`. `grant` is `None` for the
     /// create (which contributes 0) and the measured grant for an extension.
     fn on_success(
+        &mut self,
+        new_key: String,
+        remaining: Option<u64>,
+        expires_at: Option<u64>,
+        grant: Option<i128>,
+        rtt: Option<u64>,
+        now_ns: u64,
+    ) -> Decision {
+        let d = self.on_success_inner(new_key, remaining, grant, rtt, now_ns);
+        self.with_instants(d, expires_at, remaining)
+    }
+
+    fn on_success_inner(
         &mut self,
         new_key: String,
         remaining: Option<u64>,
@@ -1049,7 +1241,14 @@ impl Heartbeat {
                         sum_grants: 0,
                         last_expires_at: Some(expires_at),
                     };
-                    return Ok(self.on_success(key, remaining, None, rtt, now_ns));
+                    return Ok(self.on_success(
+                        key,
+                        remaining,
+                        Some(expires_at),
+                        None,
+                        rtt,
+                        now_ns,
+                    ));
                 }
                 let grant = match self.grants.last_expires_at {
                     Some(prev) => i128::from(expires_at) - i128::from(prev),
@@ -1057,7 +1256,7 @@ impl Heartbeat {
                 };
                 self.grants.sum_grants = self.grants.sum_grants.saturating_add(grant);
                 self.grants.last_expires_at = Some(expires_at);
-                Ok(self.on_success(key, remaining, Some(grant), rtt, now_ns))
+                Ok(self.on_success(key, remaining, Some(expires_at), Some(grant), rtt, now_ns))
             }
             Class::Stop(reason, outcome, detail) => {
                 self.last_event_ns = now_ns;
@@ -1231,6 +1430,31 @@ impl Heartbeat {
             outcome,
             Some(detail),
         )
+    }
+}
+
+/// An adopted create's body must be a JSON object whose `idempotency_key`,
+/// if present, is the create's key (HB-16: the header key is the body key).
+fn check_adopted_body(body: &[u8], key: &str) -> Result<(), Error> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            format!("the adopted create's body is not JSON: {e}"),
+        )
+    })?;
+    let Value::Object(map) = value else {
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "the adopted create's body must be a JSON object",
+        ));
+    };
+    match map.get("idempotency_key") {
+        None => Ok(()),
+        Some(Value::String(k)) if k == key => Ok(()),
+        Some(_) => Err(Error::new(
+            ErrorKind::InvalidArgument,
+            "the adopted create's body carries an idempotency_key different from its key",
+        )),
     }
 }
 

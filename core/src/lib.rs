@@ -62,7 +62,7 @@ pub use decision::{
 };
 pub use error::{Error, ErrorKind};
 pub use heartbeat::{
-    Action, Attempt, Config, DEFAULT_TTL_MS, Heartbeat, MAX_KEY_CHARS, MAX_TTL_MS, MIN_TTL_MS,
-    Response, Timing, TransportFailure, permanent_reason,
+    Action, AdoptedCreate, Attempt, Config, CreateOutcome, DEFAULT_TTL_MS, Heartbeat,
+    MAX_KEY_CHARS, MAX_TTL_MS, MIN_TTL_MS, Response, Timing, TransportFailure, permanent_reason,
 };
 pub use keys::{KeySource, SequentialKeys, UuidV4Keys};

@@ -15,7 +15,9 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::decision::{AttemptKind, Decision};
-use crate::heartbeat::{Action, Config, Heartbeat, Response, TransportFailure};
+use crate::heartbeat::{
+    Action, AdoptedCreate, Config, CreateOutcome, Heartbeat, Response, TransportFailure,
+};
 use crate::keys::SequentialKeys;
 use crate::{Num, ns_to_ms_json};
 
@@ -54,6 +56,23 @@ pub enum Event {
     Fail(TransportFailure),
     /// The caller cancels.
     Cancel,
+    /// The caller performed the create itself and hands it over
+    /// ([`Heartbeat::adopt_create`]); only as the first step. The step's `at`
+    /// is when the create's outcome was observed.
+    Adopt(Adopt),
+}
+
+/// An adopted create (`"adopt"` step): the create the caller sent itself.
+#[derive(Clone, Debug)]
+pub struct Adopt {
+    /// The idempotency key the caller's create used.
+    pub key: String,
+    /// When it was sent, ns (`"sent"`); `None` = timing unknown.
+    pub sent_ns: Option<u64>,
+    /// The request body the caller sent (`"request"`, serialized), if given.
+    pub request: Option<Vec<u8>>,
+    /// Its outcome (`"recv"` or `"fail"`).
+    pub outcome: CreateOutcome,
 }
 
 /// Why a scenario file cannot be used.
@@ -149,7 +168,11 @@ pub fn parse(text: &str) -> Result<Scenario, FormatError> {
         .ok_or_else(|| FormatError("missing array \"steps\"".into()))?;
     let mut steps = Vec::with_capacity(steps_v.len());
     for (i, s) in steps_v.iter().enumerate() {
-        steps.push(parse_step(s).map_err(|e| FormatError(format!("step {i}: {e}")))?);
+        let step = parse_step(s).map_err(|e| FormatError(format!("step {i}: {e}")))?;
+        if i > 0 && matches!(step.event, Event::Adopt(_)) {
+            return bad(format!("step {i}: adopt is only allowed as the first step"));
+        }
+        steps.push(step);
     }
     Ok(Scenario {
         id,
@@ -166,7 +189,7 @@ fn parse_step(v: &Value) -> Result<Step, FormatError> {
     only_keys(
         o,
         "step",
-        &["at", "send", "recv", "fail", "cancel", "expect"],
+        &["at", "send", "recv", "fail", "cancel", "adopt", "expect"],
     )?;
     let at_ns = ms_to_ns(
         o.get("at")
@@ -198,8 +221,11 @@ fn parse_step(v: &Value) -> Result<Step, FormatError> {
         }
         events.push(Event::Cancel);
     }
+    if let Some(a) = o.get("adopt") {
+        events.push(Event::Adopt(parse_adopt(a)?));
+    }
     if events.len() != 1 {
-        return bad("a step has exactly one of send, recv, fail, cancel");
+        return bad("a step has exactly one of send, recv, fail, cancel, adopt");
     }
     let event = events.pop().expect("one event");
     let expect = match o.get("expect") {
@@ -217,6 +243,48 @@ fn parse_step(v: &Value) -> Result<Step, FormatError> {
         at_ns,
         event,
         expect,
+    })
+}
+
+fn parse_adopt(v: &Value) -> Result<Adopt, FormatError> {
+    let o = v
+        .as_object()
+        .ok_or_else(|| FormatError("adopt must be an object".into()))?;
+    only_keys(o, "adopt", &["key", "sent", "request", "recv", "fail"])?;
+    let key = o
+        .get("key")
+        .and_then(Value::as_str)
+        .ok_or_else(|| FormatError("adopt.key must be a string".into()))?
+        .to_owned();
+    let sent_ns = match o.get("sent") {
+        None => None,
+        Some(t) => Some(ms_to_ns(t)?),
+    };
+    let request = match o.get("request") {
+        None => None,
+        Some(r @ Value::Object(_)) => {
+            Some(serde_json::to_vec(r).expect("a JSON value always serializes"))
+        }
+        Some(_) => return bad("adopt.request must be an object"),
+    };
+    let outcome = match (o.get("recv"), o.get("fail")) {
+        (Some(r), None) => CreateOutcome::Response(parse_recv(r)?),
+        (None, Some(f)) => {
+            CreateOutcome::Failure(f.as_str().and_then(TransportFailure::parse).ok_or_else(
+                || {
+                    FormatError(format!(
+                        "adopt.fail must be timeout, connect or reset, got {f}"
+                    ))
+                },
+            )?)
+        }
+        _ => return bad("adopt has exactly one of recv, fail"),
+    };
+    Ok(Adopt {
+        key,
+        sent_ns,
+        request,
+        outcome,
     })
 }
 
@@ -287,6 +355,9 @@ const EXPECT_FIELDS: &[&str] = &[
     "mode",
     "numbers",
     "warnings",
+    "proven_until",
+    "expires_at_ms",
+    "remaining_ttl_ms",
 ];
 
 fn check_expect_shape(e: &Map<String, Value>) -> Result<(), FormatError> {
@@ -302,9 +373,11 @@ fn check_expect_shape(e: &Map<String, Value>) -> Result<(), FormatError> {
             expected_num(v).map_err(|e| FormatError(format!("expect.numbers.{k}: {e}")))?;
         }
     }
-    if let Some(at) = e.get("at") {
-        if at != "inf" {
-            ms_to_ns(at)?;
+    for field in ["at", "proven_until"] {
+        if let Some(at) = e.get(field) {
+            if at != "inf" {
+                ms_to_ns(at).map_err(|e| FormatError(format!("expect.{field}: {e}")))?;
+            }
         }
     }
     Ok(())
@@ -391,14 +464,39 @@ fn mismatch(
 }
 
 fn run(s: &Scenario, check: bool, out: &mut Replay) -> Result<(), Mismatch> {
-    let mut hb =
-        Heartbeat::with_key_source(s.config.clone(), Box::new(SequentialKeys::new("key-")))
-            .map_err(|e| mismatch(0, "config", "a valid configuration", e))?;
     let mut used_keys: HashSet<String> = HashSet::new();
     // (key, body) of the attempt sent last.
     let mut current: Option<(String, Vec<u8>)> = None;
+    let keys = Box::new(SequentialKeys::new("key-"));
+    let (mut hb, adopted) = match s.steps.first().map(|st| &st.event) {
+        Some(Event::Adopt(a)) => {
+            let create = AdoptedCreate {
+                key: a.key.clone(),
+                body: a.request.clone(),
+                sent_ns: a.sent_ns,
+                received_ns: s.steps[0].at_ns,
+                outcome: a.outcome.clone(),
+            };
+            let (hb, d) = Heartbeat::adopt_create_with_key_source(s.config.clone(), create, keys)
+                .map_err(|e| mismatch(0, "adopt", "accepted", e))?;
+            used_keys.insert(a.key.clone());
+            let body = a
+                .request
+                .clone()
+                .unwrap_or_else(|| adopted_default_body(&s.config, &a.key));
+            current = Some((a.key.clone(), body));
+            (hb, Some(d))
+        }
+        _ => (
+            Heartbeat::with_key_source(s.config.clone(), keys)
+                .map_err(|e| mismatch(0, "config", "a valid configuration", e))?,
+            None,
+        ),
+    };
+    let mut adopted = adopted;
     for (i, step) in s.steps.iter().enumerate() {
         let decision: Decision = match &step.event {
+            Event::Adopt(_) => adopted.take().expect("adopt is the first step"),
             Event::Send(kind) => {
                 let attempt = match hb.poll_action() {
                     Action::Send(a) => a.clone(),
@@ -472,6 +570,15 @@ fn run(s: &Scenario, check: bool, out: &mut Replay) -> Result<(), Mismatch> {
     Ok(())
 }
 
+/// The body [`Heartbeat`] builds for a create when an adopted create gave
+/// none (what a same-key create retry then sends).
+fn adopted_default_body(config: &Config, key: &str) -> Vec<u8> {
+    let mut body = config.create_request.clone();
+    body.insert("idempotency_key".into(), Value::from(key));
+    body.insert("ttl_ms".into(), Value::from(config.ttl_ms));
+    serde_json::to_vec(&body).expect("a JSON map always serializes")
+}
+
 fn outstanding(hb: &Heartbeat, step: usize) -> Result<u64, Mismatch> {
     match hb.poll_action() {
         Action::AwaitOutcome(a) => Ok(a.id),
@@ -498,6 +605,21 @@ fn compare(
 ) -> Result<(), Mismatch> {
     for (field, want) in expect {
         match field.as_str() {
+            "proven_until" => {
+                let want_ns = if want == "inf" {
+                    Some(u64::MAX)
+                } else {
+                    Some(ms_to_ns(want).expect("checked"))
+                };
+                if decision.proven_until_ns != want_ns {
+                    let got = match decision.proven_until_ns {
+                        None => Value::from("absent"),
+                        Some(u64::MAX) => Value::from("inf"),
+                        Some(p) => ns_to_ms_json(Some(p)),
+                    };
+                    return Err(mismatch(step, "proven_until", want, got));
+                }
+            }
             "at" => {
                 let want_ns = if want == "inf" {
                     None

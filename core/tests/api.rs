@@ -2,8 +2,8 @@
 //! changes nothing.
 
 use leasebeat::{
-    Action, AttemptKind, Config, ErrorKind, Heartbeat, KeyUse, Mode, Num, Response, SequentialKeys,
-    StopReason, TransportFailure,
+    Action, AdoptedCreate, AttemptKind, Config, CreateOutcome, ErrorKind, Heartbeat, KeyUse, Mode,
+    Num, Response, SequentialKeys, StopReason, TransportFailure,
 };
 
 const MS: u64 = 1_000_000;
@@ -266,4 +266,107 @@ fn an_existing_reservation_starts_with_an_extension() {
         let e = Heartbeat::for_reservation(Config::default(), bad).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     }
+}
+
+fn adopted(outcome: CreateOutcome, body: Option<&str>) -> AdoptedCreate {
+    AdoptedCreate {
+        key: "sdk-key".into(),
+        body: body.map(|b| b.as_bytes().to_vec()),
+        sent_ns: Some(0),
+        received_ns: 1_500 * MS,
+        outcome,
+    }
+}
+
+#[test]
+fn an_adopted_create_schedules_without_a_priming_extension() {
+    let (hb, d) = Heartbeat::adopt_create_with_key_source(
+        Config::new(60_000, Some(10_000)),
+        adopted(CreateOutcome::Response(create_ok(61_500)), None),
+        Box::new(SequentialKeys::new("k")),
+    )
+    .unwrap();
+    assert_eq!(d.at_ns, Some(38_500 * MS));
+    assert_eq!(d.proven_until_ns, Some(61_500 * MS));
+    assert_eq!(d.remaining_ttl_ms, Some(61_500));
+    assert_eq!(d.expires_at_ms, Some(1000));
+    let Action::Send(a) = hb.poll_action() else {
+        panic!("expected a send")
+    };
+    assert_eq!((a.id, a.kind, a.key_index), (2, AttemptKind::Extend, 2));
+    assert_eq!(a.key, "k1");
+    // Display is the emitted JSON line.
+    assert!(d.to_string().contains("\"proven_until\":61500"));
+}
+
+#[test]
+fn an_adopted_create_failure_retries_with_the_callers_key_and_bytes() {
+    let body = r#"{"subject":{"tenant":"a"},"ttl_ms":60000,"idempotency_key":"sdk-key"}"#;
+    let (mut hb, d) = Heartbeat::adopt_create(
+        Config::new(60_000, Some(10_000)),
+        adopted(CreateOutcome::Failure(TransportFailure::Reset), Some(body)),
+    )
+    .unwrap();
+    assert_eq!(d.key, Some(KeyUse::Same));
+    assert_eq!(d.proven_until_ns, None);
+    let a = hb.attempt().unwrap().clone();
+    assert_eq!(
+        (a.kind, a.key.as_str(), a.body.as_slice()),
+        (AttemptKind::Create, "sdk-key", body.as_bytes())
+    );
+    hb.handle_sent(a.id, 2_000 * MS).unwrap();
+    let d = hb
+        .handle_failure(a.id, TransportFailure::Timeout, 3_000 * MS)
+        .unwrap();
+    assert_eq!(d.stop_reason(), Some(StopReason::CreateFailed));
+}
+
+#[test]
+fn bad_adoptions_are_refused() {
+    let config = Config::new(60_000, Some(10_000));
+    let ok = || CreateOutcome::Response(create_ok(61_500));
+    let mut a = adopted(ok(), None);
+    a.key = String::new();
+    assert_eq!(
+        Heartbeat::adopt_create(config.clone(), a)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidKey
+    );
+    let mut a = adopted(ok(), None);
+    a.sent_ns = Some(2_000 * MS);
+    assert_eq!(
+        Heartbeat::adopt_create(config.clone(), a)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    let a = adopted(ok(), Some(r#"{"idempotency_key":"other"}"#));
+    assert_eq!(
+        Heartbeat::adopt_create(config.clone(), a)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    let a = adopted(ok(), Some("[1]"));
+    assert_eq!(
+        Heartbeat::adopt_create(config.clone(), a)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    let a = adopted(CreateOutcome::Response(Response::new(1000)), None);
+    assert_eq!(
+        Heartbeat::adopt_create(config.clone(), a)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    let a = adopted(ok(), None);
+    assert_eq!(
+        Heartbeat::adopt_create(Config::new(10, None), a)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidConfig
+    );
 }
