@@ -120,6 +120,7 @@ def test_worked_example_and_decision_values() -> None:
         "numbers": {"rtt": 1500, "max_rtt": 1500, "lead_floor": 60000, "attempt_budget": 10000,
                     "safety_margin": 3000, "retry_reserve": 23000, "next_delay": 37000},
         "warnings": [],
+        "proven_until": 61500, "expires_at_ms": 1785585660000, "remaining_ttl_ms": 61500,
     }  # fmt: skip
     assert json.loads(d.to_json_str()) == d.to_json()
     r = repr(d)
