@@ -75,6 +75,9 @@ describe('the heartbeat', () => {
       key_index: 2,
       mode: 'primary',
       numbers: { rtt: 1500, max_rtt: 1500, lead_floor: 60000, attempt_budget: 10000, safety_margin: 3000, retry_reserve: 23000, next_delay: 37000 },
+      proven_until: 61500,
+      expires_at_ms: 1785585660000,
+      remaining_ttl_ms: 61500,
       warnings: []
     })
   })
