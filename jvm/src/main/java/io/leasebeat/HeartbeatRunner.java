@@ -569,6 +569,9 @@ public final class HeartbeatRunner implements AutoCloseable {
       finish(d);
       return;
     }
+    if (stopRequested) {
+      return; // the listener stopped the runner from onDecision
+    }
     armJeopardy(d);
     long wait = d.delayNanos(System.nanoTime());
     if (wait != Long.MAX_VALUE) {
