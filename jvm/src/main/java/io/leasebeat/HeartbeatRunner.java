@@ -71,7 +71,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * with the stop decision. The runner does not close the heartbeat: its owner does.
  *
  * <p>Threads: every callback runs on the executor or on the transport's completion threads, one at
- * a time per runner. Listeners must not block.
+ * a time per runner. Listeners must not block; what they throw is logged and ignored.
  */
 public final class HeartbeatRunner implements AutoCloseable {
   static final long MIN_SLACK_NS = 500_000L;
@@ -628,19 +628,11 @@ public final class HeartbeatRunner implements AutoCloseable {
     }
     last = d;
     Optional<String> id = d.reservationId();
-    try {
-      listener.onDecision(id, d);
-    } catch (RuntimeException e) {
-      LOG.log(System.Logger.Level.WARNING, "leasebeat: listener.onDecision threw", e);
-    }
+    safely(() -> listener.onDecision(id, d), "onDecision");
   }
 
   private void report(Jeopardy j) {
-    try {
-      listener.onJeopardy(j);
-    } catch (RuntimeException e) {
-      LOG.log(System.Logger.Level.WARNING, "leasebeat: listener.onJeopardy threw", e);
-    }
+    safely(() -> listener.onJeopardy(j), "onJeopardy");
   }
 
   /** The heartbeat stopped with {@code d}: report, release or commit, complete. */
@@ -665,11 +657,8 @@ public final class HeartbeatRunner implements AutoCloseable {
     if (id.isEmpty() && d != null) {
       id = d.reservationId();
     }
-    try {
-      listener.onStop(id, d);
-    } catch (RuntimeException e) {
-      LOG.log(System.Logger.Level.WARNING, "leasebeat: listener.onStop threw", e);
-    }
+    Optional<String> stopId = id;
+    safely(() -> listener.onStop(stopId, d), "onStop");
     StopReason reason = d == null ? StopReason.CANCELLED : d.stopReason().orElse(StopReason.CANCELLED);
     boolean gone =
         reason == StopReason.EXPIRED || reason == StopReason.FINALIZED || reason == StopReason.NOT_FOUND;
@@ -704,17 +693,34 @@ public final class HeartbeatRunner implements AutoCloseable {
         .whenComplete(
             (r, ex) -> {
               try {
-                listener.onFinalized(
-                    ep,
-                    rid,
-                    Optional.ofNullable(r),
-                    ex == null ? Optional.empty() : Optional.of(TransportException.classify(ex)));
-              } catch (RuntimeException e) {
-                LOG.log(System.Logger.Level.WARNING, "leasebeat: listener.onFinalized threw", e);
+                safely(
+                    () ->
+                        listener.onFinalized(
+                            ep,
+                            rid,
+                            Optional.ofNullable(r),
+                            ex == null
+                                ? Optional.empty()
+                                : Optional.of(TransportException.classify(ex))),
+                    "onFinalized");
               } finally {
                 done.complete(stop);
               }
             });
+  }
+
+  /**
+   * Runs a listener callback: whatever it throws (an assertion error included) is logged and
+   * cannot leave the runner half-updated; only a {@link VirtualMachineError} propagates.
+   */
+  private static void safely(Runnable callback, String name) {
+    try {
+      callback.run();
+    } catch (VirtualMachineError e) {
+      throw e;
+    } catch (Throwable e) {
+      LOG.log(System.Logger.Level.WARNING, "leasebeat: listener." + name + " threw", e);
+    }
   }
 
   /**
