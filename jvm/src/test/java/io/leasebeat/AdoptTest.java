@@ -133,6 +133,70 @@ class AdoptTest {
     assertEquals(0, buf.position());
   }
 
+  /** A minimal HttpResponse, as java.net.http hands one over. */
+  static <T> java.net.http.HttpResponse<T> httpResponse(int status, HttpHeaders headers, T body) {
+    return new java.net.http.HttpResponse<T>() {
+      @Override
+      public int statusCode() {
+        return status;
+      }
+
+      @Override
+      public java.net.http.HttpRequest request() {
+        return java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://127.0.0.1/")).build();
+      }
+
+      @Override
+      public java.util.Optional<java.net.http.HttpResponse<T>> previousResponse() {
+        return java.util.Optional.empty();
+      }
+
+      @Override
+      public HttpHeaders headers() {
+        return headers;
+      }
+
+      @Override
+      public T body() {
+        return body;
+      }
+
+      @Override
+      public java.util.Optional<javax.net.ssl.SSLSession> sslSession() {
+        return java.util.Optional.empty();
+      }
+
+      @Override
+      public java.net.URI uri() {
+        return java.net.URI.create("http://127.0.0.1/");
+      }
+
+      @Override
+      public java.net.http.HttpClient.Version version() {
+        return java.net.http.HttpClient.Version.HTTP_1_1;
+      }
+    };
+  }
+
+  @Test
+  void responseFromHttpResponse() {
+    HttpHeaders h = HttpHeaders.of(Map.of("Retry-After", List.of("2")), (n, v) -> true);
+    byte[] bytes = OK_BODY.getBytes(StandardCharsets.UTF_8);
+    for (Object body : List.of(bytes, OK_BODY, ByteBuffer.wrap(bytes))) {
+      Response r = Response.from(httpResponse(200, h, body));
+      assertEquals(200, r.status());
+      assertArrayEquals(bytes, r.body());
+      assertEquals(List.of(new Header("Retry-After", "2")), r.headers());
+    }
+    assertEquals(0, Response.from(httpResponse(204, h, null)).body().length);
+    IllegalArgumentException e =
+        assertThrows(
+            IllegalArgumentException.class,
+            () -> Response.from(httpResponse(200, h, new java.io.ByteArrayInputStream(bytes))));
+    assertTrue(e.getMessage().contains("read it completely first"), e.getMessage());
+    assertThrows(IllegalArgumentException.class, () -> Response.from(httpResponse(99, h, bytes)));
+  }
+
   @Test
   void badAdoptionsAreTypedErrors() {
     assertThrows(IllegalStateException.class, () -> AdoptedCreate.builder().receivedNanos(0).response(Response.of(200)).build());
