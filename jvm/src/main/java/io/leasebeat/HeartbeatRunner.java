@@ -372,16 +372,21 @@ public final class HeartbeatRunner implements AutoCloseable {
       }
       abandonInFlight();
       Decision d;
+      boolean fresh = false;
       try {
         d = hb.cancel(System.nanoTime());
+        fresh = true;
       } catch (LeaseException | IllegalStateException e) {
-        // Already stopped in the core (or closed by its owner): end with what it said last.
+        // Already stopped in the core (its stop decision was delivered), or closed by its owner:
+        // end with what it said last.
         d = hb.isClosed() ? last : hb.lastDecision().orElse(last);
       }
       if (d != null && !d.isStop()) {
         d = null;
       }
-      deliverDecision(d);
+      if (fresh) {
+        deliverDecision(d);
+      }
       finish(d);
     }
     return done;

@@ -208,6 +208,45 @@ class RunnerTest {
     }
   }
 
+  /** A listener that stops the runner from onDecision (on the core's own stop) sees one stop. */
+  @Test
+  void aListenerMayStopTheRunnerFromItsCallback() throws Exception {
+    Scripted t = new Scripted();
+    List<Decision> seen = new ArrayList<>();
+    List<Decision> stops = new ArrayList<>();
+    try (Heartbeat hb = Heartbeat.builder().requestTimeoutMillis(60_000).createRequestJson("{}").build()) {
+      HeartbeatRunner[] self = new HeartbeatRunner[1];
+      HeartbeatRunner r =
+          HeartbeatRunner.builder(hb, t)
+              .releaseOnStop(true)
+              .listener(
+                  new HeartbeatRunner.Listener() {
+                    @Override
+                    public void onDecision(java.util.Optional<String> id, Decision d) {
+                      seen.add(d);
+                      self[0].stop();
+                    }
+
+                    @Override
+                    public void onStop(java.util.Optional<String> id, Decision d) {
+                      stops.add(d);
+                    }
+                  })
+              .build();
+      self[0] = r;
+      CompletableFuture<Decision> done = r.start();
+      assertTrue(t.first.await(10, TimeUnit.SECONDS));
+      // A 400 to the create: the core stops create_rejected; the listener's stop changes nothing.
+      t.future(0).complete(Response.of(400).withBody("{\"error\":\"INVALID_REQUEST\",\"message\":\"m\",\"request_id\":\"q\"}"));
+      Decision stop = done.get(10, TimeUnit.SECONDS);
+      assertEquals(StopReason.CREATE_REJECTED, stop.stopReason().orElseThrow());
+      assertEquals(1, seen.size());
+      assertEquals(List.of(stop), stops);
+      assertEquals(1, t.calls.size(), "no reservation: nothing to release");
+      r.close();
+    }
+  }
+
   @Test
   void badConfigurationIsRefused() {
     URI base = URI.create("http://127.0.0.1:1");
