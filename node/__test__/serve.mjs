@@ -62,6 +62,10 @@ export async function startServer (flags = []) {
     })
   })
   child.removeAllListeners('exit')
+  // The runner's timers are unref'd (it never keeps a process alive on its
+  // own): keep this test process alive until the server is closed, even
+  // after the server was killed on purpose.
+  const keepAlive = setInterval(() => {}, 1 << 30)
   let exited = false
   const gone = new Promise((resolve) => child.once('exit', () => { exited = true; resolve() }))
   return {
@@ -80,6 +84,14 @@ export async function startServer (flags = []) {
     lapses () {
       return this.log().filter((e) => e.event === 'lapse')
     },
+    /** Resolves once `pred(this)` holds (polling the log), or throws after `ms`. */
+    async until (pred, ms = 20000) {
+      const end = performance.now() + ms
+      while (!pred(this)) {
+        if (performance.now() > end) throw new Error('the server log never reached the expected state')
+        await new Promise((resolve) => setTimeout(resolve, 20))
+      }
+    },
     /** Kills the server (SIGKILL) and waits for it to exit. */
     async kill () {
       if (!exited) child.kill('SIGKILL')
@@ -87,6 +99,7 @@ export async function startServer (flags = []) {
     },
     /** Kills the server and removes its log. */
     async close () {
+      clearInterval(keepAlive)
       await this.kill()
       rmSync(dir, { recursive: true, force: true })
     }
