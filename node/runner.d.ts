@@ -1,6 +1,13 @@
 // Declarations of the runner (runner.js, hand-written).
 import type { Attempt, Decision, Heartbeat, StopReason } from './index.js'
 
+/**
+ * The platform's `AbortSignal` (from the DOM library or `@types/node`); a
+ * minimal shape when neither is loaded, so that these declarations compile
+ * without them.
+ */
+export type AbortSignalOf = typeof globalThis extends { AbortSignal: { prototype: infer S } } ? S : { readonly aborted: boolean }
+
 /** A decision that stops the heartbeat: what `runHeartbeat` resolves to. */
 export type StopDecision = Decision & { next: 'stop'; reason: StopReason }
 
@@ -42,7 +49,7 @@ export interface TransportResponse {
  * deadline itself too: a transport that ignores `signal` is abandoned at the
  * deadline and its late outcome ignored.
  */
-export type Transport = (request: TransportRequest, signal: AbortSignal) => Promise<TransportResponse>
+export type Transport = (request: TransportRequest, signal: AbortSignalOf) => Promise<TransportResponse>
 
 /** A transport failure: no HTTP response was observed. */
 export declare class TransportError extends Error {
@@ -58,7 +65,7 @@ export interface FetchTransportOptions {
   /** Sent as `X-Cycles-API-Key`. */
   apiKey: string
   /** A fetch implementation (default: the global `fetch`). */
-  fetch?: (input: string, init: { method: string; headers: Record<string, string>; body: Uint8Array<ArrayBuffer>; signal: AbortSignal }) => Promise<{ status: number; headers: Iterable<[string, string]>; arrayBuffer(): Promise<ArrayBuffer> }>
+  fetch?: (input: string, init: { method: string; headers: Record<string, string>; body: Uint8Array<ArrayBuffer>; signal: AbortSignalOf }) => Promise<{ status: number; headers: Iterable<[string, string]>; arrayBuffer(): Promise<ArrayBuffer> }>
 }
 
 /**
@@ -114,7 +121,7 @@ export interface RunOptions {
    * heartbeat is cancelled at once, an attempt in flight is aborted and its
    * late outcome ignored.
    */
-  signal?: AbortSignal
+  signal?: AbortSignalOf
   /** Every decision (each carries `reservationId`), the final stop included. */
   onDecision?: (decision: Decision) => void
   /** `lease_in_jeopardy` (D-15), reported at once. The runner keeps heartbeating. */

@@ -1,7 +1,7 @@
 // Type test (never run): the sans-IO loop over the platform's fetch, checked
 // by scripts/test-node.sh with `tsc --noEmit` under TypeScript 5.9 and 6.0
 // against the installed index.d.ts, with the DOM library's fetch types.
-import { Heartbeat, type Decision } from 'leasebeat'
+import { Heartbeat, runHeartbeat, fetchTransport, TransportError, PROVEN_FOREVER_NS, type Decision, type Transport, type StopDecision, type JeopardyEvent } from 'leasebeat'
 
 export async function beatOnce (url: string, apiKey: string): Promise<Decision | null> {
   const { heartbeat, decision } = Heartbeat.adoptCreate(
@@ -35,4 +35,27 @@ export function bodies (hb: Heartbeat): void {
   const request = new Request('http://127.0.0.1/', { method: 'POST', body: a.body })
   void asBlob
   void request
+}
+
+/** The runner, typed: options, the stop, and a custom transport over fetch. */
+export async function run (hb: Heartbeat): Promise<string> {
+  const ac = new AbortController()
+  const transport: Transport = async (request, signal) => {
+    const res = await fetch(`http://127.0.0.1/${request.kind}`, { method: 'POST', body: request.body, signal })
+    if (res.status === 599) throw new TransportError('reset')
+    return { status: res.status, headers: res.headers, body: await res.arrayBuffer() }
+  }
+  const stop: StopDecision = await runHeartbeat(hb, {
+    transport,
+    signal: ac.signal,
+    finalize: 'release',
+    onDecision: (d) => { void d.provenUntilNs },
+    onJeopardy: (e: JeopardyEvent) => { void e.cause }
+  })
+  void fetchTransport({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k' })
+  const forever: bigint = PROVEN_FOREVER_NS
+  void forever
+  // @ts-expect-error: finalize is 'release', { commit } or null
+  void runHeartbeat(hb, { transport, finalize: 'yes' })
+  return stop.reason
 }
