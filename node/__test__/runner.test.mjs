@@ -348,6 +348,45 @@ describe('runHeartbeat without a server', () => {
     assert.equal(decisions[0].outcome, 'transport_failure')
   })
 
+  test('lease_in_jeopardy: a beat sent late, and the proven lead reached, reported at once', async () => {
+    // A fake server: the create proves 5 s (first beat due about 2 s after
+    // it); the event loop is then blocked for 5.5 s, so the beat goes out
+    // late by more than the margin, and provenUntil passes while the extend
+    // is in flight (it answers 200 ms later).
+    const keepAlive = setInterval(() => {}, 1000)
+    const ac = new AbortController()
+    const t0 = Date.now()
+    const transport = async (request) => {
+      if (request.kind === 'create') {
+        return { status: 200, body: JSON.stringify({ decision: 'ALLOW', reservation_id: 'r-j', affected_scopes: ['tenant:a'], expires_at_ms: t0 + 5000, remaining_ttl_ms: 5000 }) }
+      }
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      return { status: 200, body: JSON.stringify({ status: 'ACTIVE', expires_at_ms: Date.now() + 5000, remaining_ttl_ms: 5000 }) }
+    }
+    const jeopardy = []
+    let blocked = false
+    const stop = await runHeartbeat(new Heartbeat({ ttlMs: 5000, requestTimeoutMs: 1000, createRequest: CREATE_REQUEST }), {
+      transport,
+      signal: ac.signal,
+      onDecision: (d) => {
+        if (!blocked && d.outcome === 'success') {
+          blocked = true
+          const end = performance.now() + 5500
+          while (performance.now() < end) { /* block the event loop */ }
+        } else if (d.outcome === 'success') {
+          ac.abort()
+        }
+      },
+      onJeopardy: (e) => jeopardy.push(e)
+    })
+    clearInterval(keepAlive)
+    assert.equal(stop.reason, 'cancelled')
+    assert.deepEqual(jeopardy.map((e) => e.cause), ['late_beat', 'proven_until_reached'])
+    assert.ok(jeopardy.every((e) => e.event === 'lease_in_jeopardy' && e.reservationId === 'r-j'))
+    assert.ok(jeopardy[0].lateMs > 1000)
+    assert.ok(jeopardy[1].at >= jeopardy[1].provenUntil)
+  })
+
   test('the measured timer slack stays within its bounds', () => {
     assert.ok(timerSlack() >= 0.2 && timerSlack() <= 20)
     assert.equal(PROVEN_FOREVER_NS, 2n ** 64n - 1n)
