@@ -38,7 +38,7 @@ const lease = runHeartbeat(heartbeat, {
 
 // The work the lease protects (it also keeps the process alive: the runner's
 // timers never do on their own).
-await Promise.race([sleep(90_000), lease])
+await Promise.race([sleep(Number(process.env.WORK_MS ?? 90_000)), lease])
 ac.abort()
 const stop = await lease
 console.log('stopped:', stop.reason)
