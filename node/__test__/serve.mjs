@@ -48,6 +48,9 @@ export async function startServer (flags = []) {
   const child = spawn(bin, ['serve', '--bind', '127.0.0.1:0', '--api-key', API_KEY, '--log', logPath, ...flags], {
     stdio: ['ignore', 'pipe', 'pipe']
   })
+  // Never leave a server behind, even if the test process ends abruptly.
+  const reap = () => child.kill('SIGKILL')
+  process.once('exit', reap)
   const stdoutLines = []
   let stderr = ''
   child.stderr.on('data', (b) => { stderr += b })
@@ -100,6 +103,7 @@ export async function startServer (flags = []) {
     /** Kills the server and removes its log. */
     async close () {
       clearInterval(keepAlive)
+      process.removeListener('exit', reap)
       await this.kill()
       rmSync(dir, { recursive: true, force: true })
     }
