@@ -55,6 +55,36 @@ export declare class Heartbeat {
    */
   static forReservation(reservationId: string, options: ForReservationOptions): Heartbeat
   /**
+   * Takes over a lease whose create the caller performed itself (an SDK's
+   * own HTTP client): the create's key, its send and receive instants and
+   * its raw outcome are classified exactly as if this heartbeat had sent
+   * the create. A success anchors the schedule with no extra extension
+   * (the first decision is the first beat's due time); an ambiguous or
+   * transient outcome asks for the one same-key create retry (with the
+   * caller's key and body); a 4xx stops `'create_rejected'`; and so on.
+   * Returns `{ heartbeat, decision }`; `heartbeat.lastDecision` is that
+   * decision too. The create counts as attempt 1 and its key as key 1.
+   *
+   * ```js
+   * const sentAt = performance.now()
+   * const res = await fetch(url, { method: 'POST', headers, body })
+   * const bytes = new Uint8Array(await res.arrayBuffer())
+   * const { heartbeat, decision } = Heartbeat.adoptCreate(
+   *   { ttlMs: 60000, requestTimeoutMs: 10000 },
+   *   { key, sentAt, receivedAt: performance.now(), requestBody: body,
+   *     response: { status: res.status, headers: res.headers, body: bytes } })
+   * ```
+   *
+   * Throws a `TypeError`/`RangeError` (`ERR_LEASEBEAT_INVALID_ARGUMENT`)
+   * for malformed arguments (both or neither of `response` and `failure`,
+   * `sentAt` after `receivedAt`, a `requestBody` that is not a JSON object
+   * or carries another `idempotency_key`), a `RangeError`
+   * (`ERR_LEASEBEAT_INVALID_CONFIG`) for options the core refuses, and an
+   * `Error` (`ERR_LEASEBEAT_INVALID_KEY`) for a key of 0 or more than 256
+   * characters.
+   */
+  static adoptCreate(options: HeartbeatOptions, create: AdoptedCreateInit): AdoptedHeartbeat
+  /**
    * What the caller must do now: send an attempt, await its outcome, or
    * stop.
    */
@@ -129,23 +159,79 @@ export declare class Heartbeat {
 }
 
 /**
- * What the caller must do now: `{ type: 'send', attempt }`,
- * `{ type: 'await', attempt }` or `{ type: 'stop', reason }`.
+ * What the caller must do now, a union discriminated by `type`:
+ *
+ * * `{ type: 'send', attempt }`: send `attempt` at `attempt.dueNs`, then
+ *   call `handleSent`;
+ * * `{ type: 'await', attempt }`: `attempt` is in flight, report its outcome
+ *   with `handleResponse` or `handleFailure`;
+ * * `{ type: 'stop', reason }`: the heartbeat stopped for good.
+ *
+ * After `if (action.type === 'send')` TypeScript knows `action.attempt` is
+ * an `Attempt` (no `!` needed).
  */
-export interface Action {
-  /** `'send'`, `'await'` or `'stop'`. */
-  type: ActionType
-  /** The attempt to send or in flight; `null` for a stop. */
-  attempt: Attempt | null
-  /** The stop reason; `null` unless stopped. */
-  reason: StopReason | null
-}
+export type Action =
+  | { type: 'send'; attempt: Attempt }
+  | { type: 'await'; attempt: Attempt }
+  | { type: 'stop'; reason: StopReason }
 
 /**
  * What `pollAction()` asks for: `'send'` the attempt (at its due time),
  * `'await'` its outcome (it is in flight), or `'stop'` (for good).
  */
 export type ActionType = 'send' | 'await' | 'stop'
+
+/**
+ * A create the caller already performed with its own HTTP client (an SDK's
+ * create), for `Heartbeat.adoptCreate`. Exactly one of `response` and
+ * `failure`. Unknown properties are refused.
+ */
+export interface AdoptedCreateInit {
+  /**
+   * The idempotency key the create used (its `X-Idempotency-Key` and its
+   * body's `idempotency_key`): 1..=256 characters. A create retry reuses
+   * it; it counts as key 1 of the lease.
+   */
+  key: string
+  /**
+   * When the create was sent, on the clock of every later call (a number
+   * of ms or a bigint of ns, as `now` everywhere). Absent or `null` when
+   * unknown: the round trip is then unknown (a success gives lead floor 0
+   * and an immediate first extension).
+   */
+  sentAt?: number | bigint | null
+  /** When its outcome was observed (after the complete body), same clock. */
+  receivedAt: number | bigint
+  /**
+   * The HTTP response to the create, as raw as it arrived (as for
+   * `handleResponse`).
+   */
+  response?: ResponseInit
+  /**
+   * Or the create's transport failure: `'timeout'`, `'connect'` or
+   * `'reset'`.
+   */
+  failure?: TransportFailure
+  /**
+   * The exact request body the create sent (bytes or a string), so that a
+   * same-key create retry resends it byte for byte; it must be a JSON
+   * object whose `idempotency_key`, if present, is `key`. Absent or
+   * `null`: a retry sends the body this heartbeat builds from the options
+   * (`createRequest` plus `idempotency_key` and `ttl_ms`).
+   */
+  requestBody?: Uint8Array | ArrayBuffer | string | null
+}
+
+/**
+ * What `Heartbeat.adoptCreate` returns: the heartbeat and its first
+ * decision (the answer to the adopted create's outcome).
+ */
+export interface AdoptedHeartbeat {
+  /** The heartbeat that took the lease over. */
+  heartbeat: Heartbeat
+  /** Its first decision, as if it had sent the create itself. */
+  decision: Decision
+}
 
 /** One attempt the caller must send (or has sent). */
 export interface Attempt {
@@ -175,10 +261,11 @@ export interface Attempt {
   keyUse: KeyUse
   /**
    * The exact JSON request body; byte-identical on a same-key retry. A
-   * `Buffer` at run time (typed as its base class `Uint8Array` so that the
-   * declarations need no `@types/node`).
+   * `Buffer` at run time (typed as its base class `Uint8Array<ArrayBuffer>`
+   * so that the declarations need no `@types/node`); `fetch` accepts it as
+   * a body as it is.
    */
-  body: Uint8Array
+  body: Uint8Array<ArrayBuffer>
   /** The same body as a string (it is always UTF-8 JSON). */
   bodyText: string
   /** When the caller reported sending it (nanoseconds), or `null`. */
@@ -242,6 +329,33 @@ export interface Decision {
   detail: string | null
   /** The reservation id, once a create succeeded. */
   reservationId: string | null
+  /**
+   * D-15: until when the lease is proven alive, in milliseconds on the
+   * caller's clock (like `at`): the receipt of the last primary-path
+   * success plus its lead floor. `Infinity` when that sum overflows;
+   * `null` before the first success and on the fallback path (which
+   * proves nothing). Reaching it without a newer success puts the lease in
+   * jeopardy. Fractions are approximate; `provenUntilNs` is exact.
+   */
+  provenUntil: number | null
+  /**
+   * `provenUntil` in nanoseconds: `null` when absent, and `2n ** 64n - 1n`
+   * (the largest 64-bit instant) for +infinity, so that
+   * `now >= provenUntilNs` is never true for it.
+   */
+  provenUntilNs: bigint | null
+  /**
+   * The deciding success's `expires_at_ms` (server clock, ms since the
+   * epoch) when this decision answers a success that carried it, else
+   * `null`. A `number` (a `bigint` beyond 2^53-1).
+   */
+  expiresAtMs: number | bigint | null
+  /**
+   * The deciding success's `remaining_ttl_ms` when this decision answers a
+   * success that carried it, else `null`. A `number` (a `bigint` beyond
+   * 2^53-1).
+   */
+  remainingTtlMs: number | bigint | null
 }
 
 /** The `ttlMs` the protocol uses when a caller gives none: 60000. */
@@ -439,11 +553,13 @@ export interface ResponseInit {
   /** The status code, 100..=999. */
   status: number
   /**
-   * Header name to value, or to an array of values for a repeated header.
-   * Names compare case-insensitively. A fetch `Headers` or a `Map` is
-   * refused: pass `Object.fromEntries(headers)`.
+   * The headers, in any of the forms JavaScript code has them: a fetch
+   * `Headers` (e.g. `res.headers`), a `Map` or any iterable of
+   * `[name, value]` pairs, an array of such pairs, or a plain object of
+   * name to value, or to an array of values for a repeated header. Names
+   * compare case-insensitively. Absent or `null`: none.
    */
-  headers?: Record<string, string | string[]> | null
+  headers?: Record<string, string | readonly string[]> | Iterable<readonly [string, string]> | null
   /**
    * The raw body: bytes (`Buffer`, `Uint8Array`, `ArrayBuffer`) or a string
    * (encoded as UTF-8). Absent or `null`: empty.

@@ -2,8 +2,11 @@
 # Node.js stage: builds the addon (release), checks the committed generated
 # index.js/index.d.ts for drift, packs the package with `npm pack`, installs
 # the tarball into a fresh temporary project and runs the `node --test` suite
-# there against the installed package (every tests/vectors/*.json plus API
-# and bad-input tests), then type-checks a TypeScript consumer with tsc.
+# there against the installed package (every tests/vectors/*.json and
+# tests/vectors/pending-bindings/*.json, API and bad-input tests, and the
+# integration tests against `leasebeat serve`, built here), then type-checks
+# TypeScript consumers with tsc 6.0 and 5.9 (one calls fetch with an
+# attempt's body under the DOM library's types).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
@@ -28,10 +31,17 @@ for f in index.js index.d.ts; do
 done
 [ "$drift" -eq 0 ]
 
+echo "==> cargo build --release --locked -p leasebeat-cli (the reference server the tests start)"
+cargo build --release --locked -p leasebeat-cli
+target="${CARGO_TARGET_DIR:-$repo/target}"
+case "$target" in /*) ;; *) target="$repo/$target" ;; esac
+server_bin="$target/release/leasebeat"
+[ -x "$server_bin" ]
+
 echo "==> packing the package"
 stage="$work/stage"
 mkdir -p "$stage"
-cp node/package.json node/index.js node/index.mjs node/index.d.ts node/README.md "$stage/"
+cp node/package.json node/index.js node/index.mjs node/index.d.ts node/main.js node/main.d.ts node/runner.js node/runner.d.ts node/README.md "$stage/"
 cp "$work"/gen/leasebeat.*.node "$stage/"
 (cd "$stage" && npm pack --silent --pack-destination "$work" >/dev/null)
 tarball="$(ls "$work"/leasebeat-*.tgz)"
@@ -52,14 +62,19 @@ echo "==> node --test against the installed package"
 log="$work/node-test.tap"
 status=0
 (cd "$proj" && LEASEBEAT_VECTORS_DIR="$repo/tests/vectors" LEASEBEAT_EXPECT_INSTALLED=1 \
-  node --test __test__/*.test.mjs __test__/*.test.cjs) >"$log" 2>&1 || status=$?
+  LEASEBEAT_BIN="$server_bin" node --test __test__/*.test.mjs __test__/*.test.cjs) >"$log" 2>&1 || status=$?
 if [ "$status" -ne 0 ]; then
   grep -n -A30 '^not ok\|^    not ok' "$log" | head -200 || true
 fi
 tail -n 8 "$log"
 [ "$status" -eq 0 ]
 
-echo "==> tsc --noEmit: the TypeScript consumer against the installed index.d.ts"
-node node/node_modules/typescript/bin/tsc --version
-node node/node_modules/typescript/bin/tsc -p "$proj/__test__/tsconfig.json"
+echo "==> tsc --noEmit: the TypeScript consumers against the installed declarations"
+# Both compilers are pinned in node/package.json (typescript, typescript-5.9).
+for ts in typescript typescript-5.9; do
+  tsc="node/node_modules/$ts/bin/tsc"
+  node "$tsc" --version
+  node "$tsc" -p "$proj/__test__/tsconfig.json"
+  node "$tsc" -p "$proj/__test__/tsconfig.fetch.json"
+done
 echo "tsc: ok"

@@ -57,7 +57,11 @@ describe('the heartbeat', () => {
       warnings: [],
       outcome: 'success',
       detail: null,
-      reservationId: 'r-1'
+      reservationId: 'r-1',
+      provenUntil: 61500,
+      provenUntilNs: 61_500_000_000n,
+      expiresAtMs: 1785585660000,
+      remainingTtlMs: 61500
     })
     assert.equal(hb.reservationId, 'r-1')
     assert.equal(hb.mode, 'primary')
@@ -86,7 +90,7 @@ describe('the heartbeat', () => {
     const hb = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'k' })
     const send = hb.pollAction()
     assert.equal(send.type, 'send')
-    assert.equal(send.reason, null)
+    assert.equal('reason' in send, false)
     assert.equal(Object.getPrototypeOf(send), Object.prototype)
     const a = send.attempt
     assert.equal(a.id, 1)
@@ -113,7 +117,7 @@ describe('the heartbeat', () => {
     assert.equal(d.at, null)
     assert.equal(d.atNs, null)
     assert.equal(d.key, null)
-    assert.deepEqual(hb.pollAction(), { type: 'stop', attempt: null, reason: 'cancelled' })
+    assert.deepEqual(hb.pollAction(), { type: 'stop', reason: 'cancelled' })
     assert.equal(hb.stopReason, 'cancelled')
     assert.equal(hb.attempt, null)
   })
@@ -294,12 +298,12 @@ describe('an existing reservation (Heartbeat.forReservation)', () => {
     // 128 astral characters are 256 UTF-16 units, and still 128 characters.
     const astral = '\u{1F600}'.repeat(128)
     assert.equal(Heartbeat.forReservation(astral, opts).reservationId, astral)
-    throwsCode(() => Heartbeat.forReservation('\u{1F600}'.repeat(129), opts), RangeError, INVALID, /reservation_id/)
+    throwsCode(() => Heartbeat.forReservation('\u{1F600}'.repeat(129), opts), RangeError, INVALID, /reservationId/)
   })
 
   test('bad reservation ids', () => {
     const opts = { ttlMs: 60000, requestTimeoutMs: 10000 }
-    throwsCode(() => Heartbeat.forReservation('', opts), RangeError, INVALID, /reservation_id must be 1\.\.=128 characters, got 0/)
+    throwsCode(() => Heartbeat.forReservation('', opts), RangeError, INVALID, /reservationId must be 1\.\.=128 characters, got 0/)
     throwsCode(() => Heartbeat.forReservation('x'.repeat(129), opts), RangeError, INVALID, /got 129/)
     throwsCode(() => Heartbeat.forReservation(null, opts), TypeError, INVALID, /reservationId must be a string, got null/)
     throwsCode(() => Heartbeat.forReservation(undefined, opts), TypeError, INVALID, /reservationId must be a string/)
@@ -315,7 +319,7 @@ describe('an existing reservation (Heartbeat.forReservation)', () => {
     throwsCode(() => Heartbeat.forReservation('rsv-9', { requestTimeoutMs: 1000 }), TypeError, INVALID, /ttlMs is required/)
     throwsCode(() => Heartbeat.forReservation('rsv-9', { ttlMs: 60000 }), TypeError, INVALID, /requestTimeoutMs is required/)
     throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, createRequest: {} }), TypeError, INVALID, /unknown property "createRequest"/)
-    throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, ttlMs: 999 }), RangeError, 'ERR_LEASEBEAT_INVALID_CONFIG', /ttl_ms/)
+    throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, ttlMs: 999 }), RangeError, 'ERR_LEASEBEAT_INVALID_CONFIG', /options\.ttlMs must be within/)
     throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, requestTimeoutMs: -1 }), RangeError, INVALID)
     throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, keyPrefix: 7 }), TypeError, INVALID)
     throwsCode(() => Heartbeat.forReservation('rsv-9', { ...ok, keyPrefix: 'x'.repeat(300) }), Error, 'ERR_LEASEBEAT_INVALID_KEY')
@@ -408,7 +412,7 @@ describe('errors', () => {
     throwsCode(() => new Heartbeat({ ...ok, ttlMs: 60000.5 }), RangeError, INVALID, /integer/)
     throwsCode(() => new Heartbeat({ ...ok, ttlMs: NaN }), RangeError, INVALID)
     throwsCode(() => new Heartbeat({ ...ok, ttlMs: -1 }), RangeError, INVALID)
-    throwsCode(() => new Heartbeat({ ...ok, ttlMs: 999 }), RangeError, 'ERR_LEASEBEAT_INVALID_CONFIG', /ttl_ms/)
+    throwsCode(() => new Heartbeat({ ...ok, ttlMs: 999 }), RangeError, 'ERR_LEASEBEAT_INVALID_CONFIG', /options\.ttlMs must be within/)
     throwsCode(() => new Heartbeat({ ...ok, ttlMs: 86400001n }), RangeError, 'ERR_LEASEBEAT_INVALID_CONFIG')
     throwsCode(() => new Heartbeat({ ...ok, requestTimeoutMs: -5 }), RangeError, INVALID)
     throwsCode(() => new Heartbeat({ ...ok, requestTimeoutMs: NaN }), RangeError, INVALID)
@@ -449,8 +453,10 @@ describe('errors', () => {
     throwsCode(() => hb.handleResponse(id, { status: 200, body: {} }, 38600), TypeError, INVALID)
     throwsCode(() => hb.handleResponse(id, { status: 200, body: new Float32Array(2) }, 38600), TypeError, INVALID, /typed array/)
     throwsCode(() => hb.handleResponse(id, { status: 200, headers: 'x' }, 38600), TypeError, INVALID)
-    throwsCode(() => hb.handleResponse(id, { status: 200, headers: new Map() }, 38600), TypeError, INVALID, /Object\.fromEntries/)
-    throwsCode(() => hb.handleResponse(id, { status: 200, headers: new Headers() }, 38600), TypeError, INVALID, /Object\.fromEntries/)
+    throwsCode(() => hb.handleResponse(id, { status: 200, headers: new Map([['a', 1]]) }, 38600), TypeError, INVALID, /response\.headers\[0\]\[1\] must be a string/)
+    throwsCode(() => hb.handleResponse(id, { status: 200, headers: [['a']] }, 38600), TypeError, INVALID, /\[name, value\] pair/)
+    throwsCode(() => hb.handleResponse(id, { status: 200, headers: ['a: b'] }, 38600), TypeError, INVALID, /\[name, value\] pair/)
+    throwsCode(() => hb.handleResponse(id, { status: 200, headers: new Set(['a']) }, 38600), TypeError, INVALID, /\[name, value\] pair/)
     throwsCode(() => hb.handleResponse(id, { status: 200, headers: { a: 1 } }, 38600), TypeError, INVALID)
     throwsCode(() => hb.handleResponse(id, { status: 200, headers: { a: ['x', 2] } }, 38600), TypeError, INVALID)
     throwsCode(() => hb.handleResponse(id, { status: 200, timingUnknown: 1 }, 38600), TypeError, INVALID)

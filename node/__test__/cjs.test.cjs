@@ -2,7 +2,7 @@
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
 
-const { Heartbeat, stopReasons, primarySchedule } = require('leasebeat')
+const { Heartbeat, stopReasons, primarySchedule, runHeartbeat, fetchTransport, TransportError } = require('leasebeat')
 
 test('require("leasebeat") drives a heartbeat', () => {
   const hb = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'k' })
@@ -29,4 +29,10 @@ test('errors are real Error subclasses with a code', () => {
     assert.ok(e instanceof Error)
     assert.equal(e.code, 'ERR_LEASEBEAT_INVALID_ARGUMENT')
   }
+})
+
+test('require("leasebeat") exports the runner too', () => {
+  assert.equal(typeof runHeartbeat, 'function')
+  assert.equal(typeof fetchTransport({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k' }), 'function')
+  assert.equal(new TransportError('reset').kind, 'reset')
 })

@@ -56,7 +56,12 @@ export function drive (now: () => bigint): Decision | null {
   const options: HeartbeatOptions = { ttlMs: 60000, requestTimeoutMs: null, createRequest: { subject: { tenant: 'acme' } } }
   const hb = new Heartbeat(options)
   const action: Action = hb.pollAction()
-  if (action.type !== 'send' || action.attempt === null) return null
+  if (action.type === 'stop') {
+    describeStop(action.reason)
+    return null
+  }
+  if (action.type !== 'send') return null
+  // Narrowed by the discriminant: no `!` and no null check.
   const attempt: Attempt = action.attempt
   const due: bigint | null = attempt.dueNs
   const body: Uint8Array = attempt.body

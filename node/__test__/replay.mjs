@@ -13,9 +13,10 @@
 import { Heartbeat } from 'leasebeat'
 import { parse, stringify, isLosslessNumber } from 'lossless-json'
 
-const STEP_FIELDS = ['at', 'send', 'recv', 'fail', 'cancel', 'expect']
+const STEP_FIELDS = ['at', 'send', 'recv', 'fail', 'cancel', 'adopt', 'expect']
+const ADOPT_FIELDS = ['key', 'sent', 'request', 'recv', 'fail']
 const RECV_FIELDS = ['status', 'headers', 'body', 'raw', 'timing']
-const EXPECT_FIELDS = ['id', 'step', 'next', 'at', 'key', 'key_index', 'reason', 'mode', 'numbers', 'warnings']
+const EXPECT_FIELDS = ['id', 'step', 'next', 'at', 'key', 'key_index', 'reason', 'mode', 'numbers', 'warnings', 'proven_until', 'expires_at_ms', 'remaining_ttl_ms']
 
 /** A problem with the vector file itself. */
 export class FormatError extends Error {}
@@ -101,7 +102,9 @@ export function parseScenario (text) {
   if (!Array.isArray(v.steps)) throw new FormatError('missing array "steps"')
   const steps = v.steps.map((s, i) => {
     try {
-      return parseStep(s)
+      const step = parseStep(s)
+      if (step.event.type === 'adopt' && i !== 0) throw new FormatError('adopt is only allowed as the first step')
+      return step
     } catch (e) {
       throw new FormatError(`step ${i}: ${e.message}`)
     }
@@ -119,15 +122,13 @@ function parseStep (s) {
     events.push({ type: 'send', kind: s.send })
   }
   if ('recv' in s) events.push({ type: 'recv', response: parseRecv(s.recv) })
-  if ('fail' in s) {
-    if (!['timeout', 'connect', 'reset'].includes(s.fail)) throw new FormatError(`fail must be timeout, connect or reset, got ${fmt(s.fail)}`)
-    events.push({ type: 'fail', failure: s.fail })
-  }
+  if ('fail' in s) events.push({ type: 'fail', failure: parseFail(s.fail, 'fail') })
   if ('cancel' in s) {
     if (s.cancel !== true) throw new FormatError('cancel must be true')
     events.push({ type: 'cancel' })
   }
-  if (events.length !== 1) throw new FormatError('a step has exactly one of send, recv, fail, cancel')
+  if ('adopt' in s) events.push({ type: 'adopt', adopt: parseAdopt(s.adopt) })
+  if (events.length !== 1) throw new FormatError('a step has exactly one of send, recv, fail, cancel, adopt')
   const event = events[0]
   let expect = null
   if ('expect' in s) {
@@ -137,6 +138,28 @@ function parseStep (s) {
     expect = s.expect
   }
   return { atNs, event, expect }
+}
+
+function parseFail (f, what) {
+  if (!['timeout', 'connect', 'reset'].includes(f)) throw new FormatError(`${what} must be timeout, connect or reset, got ${fmt(f)}`)
+  return f
+}
+
+/** An adopted create: the create the caller performed itself. */
+function parseAdopt (a) {
+  if (a === null || typeof a !== 'object' || Array.isArray(a)) throw new FormatError('adopt must be an object')
+  onlyKeys(a, 'adopt', ADOPT_FIELDS)
+  if (typeof a.key !== 'string') throw new FormatError('adopt.key must be a string')
+  const out = { key: a.key, sentNs: 'sent' in a ? msToNs(a.sent, 'adopt.sent') : null, requestBody: null }
+  if ('request' in a) {
+    if (a.request === null || typeof a.request !== 'object' || Array.isArray(a.request)) throw new FormatError('adopt.request must be an object')
+    // The exact bytes the caller sent: the JSON text, number literals unchanged.
+    out.requestBody = Buffer.from(stringify(a.request), 'utf8')
+  }
+  if (('recv' in a) === ('fail' in a)) throw new FormatError('adopt has exactly one of recv, fail')
+  if ('recv' in a) out.response = parseRecv(a.recv)
+  else out.failure = parseFail(a.fail, 'adopt.fail')
+  return out
 }
 
 function parseRecv (r) {
@@ -236,6 +259,23 @@ function compare (scenario, i, expect, d) {
         }
         break
       }
+      case 'proven_until': {
+        if (want === 'inf') {
+          if (d.provenUntil !== Infinity || d.provenUntilNs !== 2n ** 64n - 1n) throw new Mismatch(i, 'proven_until', want, d.provenUntilNs)
+        } else {
+          const wantNs = msToNs(want, 'expect.proven_until')
+          if (d.provenUntilNs !== wantNs) throw new Mismatch(i, 'proven_until', `${wantNs} ns`, d.provenUntilNs === null ? undefined : `${d.provenUntilNs} ns`)
+        }
+        break
+      }
+      case 'expires_at_ms':
+      case 'remaining_ttl_ms': {
+        const camel = field === 'expires_at_ms' ? 'expiresAtMs' : 'remainingTtlMs'
+        const w = integer(want, `expect.${field}`)
+        const g = d[camel] === null ? undefined : gotNum(d[camel])
+        if (g !== w) throw new Mismatch(i, field, w, g)
+        break
+      }
       case 'next':
       case 'key':
       case 'reason':
@@ -251,19 +291,44 @@ function compare (scenario, i, expect, d) {
 }
 
 /**
+ * The create body the core builds when an adopted create gives none: the
+ * vectors' configs have no create_request, so it is the key and ttl_ms,
+ * members in lexicographic order (serde_json's map order).
+ */
+function defaultCreateBody (config, key) {
+  return Buffer.from(`{"idempotency_key":${JSON.stringify(key)},"ttl_ms":${config.ttlMs}}`, 'utf8')
+}
+
+/**
  * Replays a parsed scenario with deterministic keys ("key-1", "key-2", ...)
  * and checks every expectation; throws a Mismatch at the first difference.
  * Returns the decisions.
  */
 export function replay (scenario) {
   let hb
-  try {
-    hb = new Heartbeat({ ...scenario.config, keyPrefix: 'key-' })
-  } catch (e) {
-    throw new Mismatch(0, 'config', 'a valid configuration', `${e.code}: ${e.message}`)
-  }
+  let adopted = null // the first decision of an adopted create
   const usedKeys = new Set()
   let current = null // { key, body } of the attempt sent last
+  const first = scenario.steps[0]
+  if (first !== undefined && first.event.type === 'adopt') {
+    const a = first.event.adopt
+    const create = { key: a.key, sentAt: a.sentNs, receivedAt: first.atNs, requestBody: a.requestBody }
+    if (a.response !== undefined) create.response = a.response
+    else create.failure = a.failure
+    try {
+      ;({ heartbeat: hb, decision: adopted } = Heartbeat.adoptCreate({ ...scenario.config, keyPrefix: 'key-' }, create))
+    } catch (e) {
+      throw new Mismatch(0, 'adopt', 'accepted', `${e.code}: ${e.message}`)
+    }
+    usedKeys.add(a.key)
+    current = { key: a.key, body: a.requestBody ?? defaultCreateBody(scenario.config, a.key) }
+  } else {
+    try {
+      hb = new Heartbeat({ ...scenario.config, keyPrefix: 'key-' })
+    } catch (e) {
+      throw new Mismatch(0, 'config', 'a valid configuration', `${e.code}: ${e.message}`)
+    }
+  }
   const decisions = []
   try {
     scenario.steps.forEach((step, i) => {
@@ -278,6 +343,9 @@ export function replay (scenario) {
       }
       let d
       switch (ev.type) {
+        case 'adopt':
+          d = adopted
+          break
         case 'send': {
           const a = hb.pollAction()
           if (a.type === 'await') throw new Mismatch(i, 'send', `send ${ev.kind}`, `attempt ${a.attempt.id} still in flight`)

@@ -69,7 +69,7 @@ try {
       const body = new Uint8Array(await res.arrayBuffer())
       decision = hb.handleResponse(attempt.id, {
         status: res.status,
-        headers: Object.fromEntries(res.headers),
+        headers: res.headers,
         body
       }, performance.now())
     } catch (err) {

@@ -399,16 +399,99 @@ fn body_bytes(v: &Unknown<'_>, what: &str) -> R<Vec<u8>> {
     )))
 }
 
-/// Headers: a plain object mapping each name to a string or an array of
-/// strings (a repeated header).
-fn headers(v: &Unknown<'_>, what: &str) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
-    let o = object(v, what)?;
-    if let Some(entries) = prop(&o, "entries", what)? {
-        if type_of(&entries, what)? == ValueType::Function {
+/// One header value: a string (anything else is a `TypeError`).
+fn header_value(v: &Unknown<'_>, what: &str) -> R<Vec<u8>> {
+    Ok(string(v, what)?.into_bytes())
+}
+
+/// `[name, value]` pairs: a JavaScript array of two-string arrays.
+fn header_entries(v: &Unknown<'_>, what: &str) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
+    let a = read::<Array<'_>>(v, what)?;
+    let mut out = Vec::with_capacity(a.len() as usize);
+    for i in 0..a.len() {
+        let wi = format!("{what}[{i}]");
+        let item = a.get::<Unknown<'_>>(i).map_err(|e| napi_fail(&wi, &e))?;
+        let pair = match item {
+            Some(p)
+                if type_of(&p, &wi)? == ValueType::Object
+                    && p.is_array().map_err(|e| napi_fail(&wi, &e))? =>
+            {
+                read::<Array<'_>>(&p, &wi)?
+            }
+            _ => {
+                return Err(Fail::ty(format!(
+                    "{wi} must be a [name, value] pair of strings"
+                )));
+            }
+        };
+        if pair.len() != 2 {
             return Err(Fail::ty(format!(
-                "{what} must be a plain object of name to value(s); for a fetch Headers or a Map pass Object.fromEntries(headers)"
+                "{wi} must be a [name, value] pair of strings, got {} elements",
+                pair.len()
             )));
         }
+        let get = |k: u32| -> R<Vec<u8>> {
+            let wk = format!("{wi}[{k}]");
+            let x = pair
+                .get::<Unknown<'_>>(k)
+                .map_err(|e| napi_fail(&wk, &e))?
+                .ok_or_else(|| Fail::ty(format!("{wk} must be a string")))?;
+            header_value(&x, &wk)
+        };
+        let name = get(0)?;
+        let value = get(1)?;
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
+/// The value's `[Symbol.iterator]` method, if it has one.
+fn is_iterable(env: &Env, o: &Object<'_>, what: &str) -> R<bool> {
+    let err = |e: Error| napi_fail(what, &e);
+    let global = env.get_global().map_err(err)?;
+    // `Symbol` is a function: read it as the object it also is.
+    let symbol: Unknown<'_> = global.get_named_property("Symbol").map_err(err)?;
+    let symbol = read::<Object<'_>>(&symbol, what)?;
+    let iterator: Unknown<'_> = symbol.get_named_property("iterator").map_err(err)?;
+    let method: Unknown<'_> = o.get_property(iterator).map_err(err)?;
+    Ok(method.get_type().map_err(err)? == ValueType::Function)
+}
+
+/// `Array.from(value)`.
+fn array_from<'e>(env: &'e Env, v: &Unknown<'_>, what: &str) -> R<Unknown<'e>> {
+    let err = |e: Error| napi_fail(what, &e);
+    let global = env.get_global().map_err(err)?;
+    // `Array` is a function: read it as the object it also is.
+    let array: Unknown<'_> = global.get_named_property("Array").map_err(err)?;
+    let array = read::<Object<'_>>(&array, what)?;
+    let from: Function<'_, Unknown<'_>, Unknown<'e>> =
+        array.get_named_property("from").map_err(err)?;
+    // SAFETY: `v` is a live value of this call's scope.
+    let arg = unsafe { Unknown::from_raw_unchecked(env.raw(), v.raw()) };
+    from.apply(array, arg).map_err(err)
+}
+
+/// Headers in the forms JavaScript code has them: a fetch `Headers`, a
+/// `Map` or any iterable of `[name, value]` pairs, an array of such pairs, or
+/// a plain object mapping each name to a string or an array of strings (a
+/// repeated header). Names compare case-insensitively in the core.
+fn headers(env: &Env, v: &Unknown<'_>, what: &str) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
+    let t = type_of(v, what)?;
+    let expected =
+        "a Headers, a Map, an array of [name, value] pairs or a plain object of name to value(s)";
+    if t != ValueType::Object {
+        return Err(Fail::ty(format!(
+            "{what} must be {expected}, got {}",
+            describe(t)
+        )));
+    }
+    if v.is_array().map_err(|e| napi_fail(what, &e))? {
+        return header_entries(v, what);
+    }
+    let o = read::<Object<'_>>(v, what)?;
+    if is_iterable(env, &o, what)? {
+        let entries = array_from(env, v, what)?;
+        return header_entries(&entries, what);
     }
     let mut out = Vec::new();
     for name in keys(&o, what)? {
@@ -417,10 +500,7 @@ fn headers(v: &Unknown<'_>, what: &str) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
             .ok_or_else(|| Fail::ty(format!("{w} must be a string or an array of strings")))?;
         let t = type_of(&value, &w)?;
         if t == ValueType::String {
-            out.push((
-                name.clone().into_bytes(),
-                read::<String>(&value, &w)?.into_bytes(),
-            ));
+            out.push((name.clone().into_bytes(), header_value(&value, &w)?));
         } else if t == ValueType::Object && value.is_array().map_err(|e| napi_fail(&w, &e))? {
             let a = read::<Array<'_>>(&value, &w)?;
             for i in 0..a.len() {
@@ -429,7 +509,7 @@ fn headers(v: &Unknown<'_>, what: &str) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
                     .get::<Unknown<'_>>(i)
                     .map_err(|e| napi_fail(&wi, &e))?
                     .ok_or_else(|| Fail::ty(format!("{wi} must be a string")))?;
-                out.push((name.clone().into_bytes(), string(&item, &wi)?.into_bytes()));
+                out.push((name.clone().into_bytes(), header_value(&item, &wi)?));
             }
         } else {
             return Err(Fail::ty(format!(
@@ -442,39 +522,38 @@ fn headers(v: &Unknown<'_>, what: &str) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
 }
 
 /// A response: `{ status, headers?, body?, timingUnknown? }`.
-pub fn response(v: &Unknown<'_>) -> R<lb::Response> {
-    let what = "response";
+pub fn response(env: &Env, v: &Unknown<'_>, what: &str) -> R<lb::Response> {
     let o = object(v, what)?;
     only_keys(&o, what, &["status", "headers", "body", "timingUnknown"])?;
     let status_v =
-        prop(&o, "status", what)?.ok_or_else(|| Fail::ty("response.status is required"))?;
-    let status = integer_u64(&status_v, "response.status")?;
+        prop(&o, "status", what)?.ok_or_else(|| Fail::ty(format!("{what}.status is required")))?;
+    let status = integer_u64(&status_v, &format!("{what}.status"))?;
     let status = u16::try_from(status).map_err(|_| {
         Fail::range(format!(
-            "response.status must be an HTTP status within 100..=999, got {status}"
+            "{what}.status must be an HTTP status within 100..=999, got {status}"
         ))
     })?;
     let mut r = lb::Response::new(status);
     if let Some(h) = prop(&o, "headers", what)? {
         if type_of(&h, what)? != ValueType::Null {
-            r.headers = headers(&h, "response.headers")?;
+            r.headers = headers(env, &h, &format!("{what}.headers"))?;
         }
     }
     if let Some(b) = prop(&o, "body", what)? {
         if type_of(&b, what)? != ValueType::Null {
-            r.body = body_bytes(&b, "response.body")?;
+            r.body = body_bytes(&b, &format!("{what}.body"))?;
         }
     }
     if let Some(t) = prop(&o, "timingUnknown", what)? {
         match type_of(&t, what)? {
             ValueType::Boolean => {
-                if read::<bool>(&t, "response.timingUnknown")? {
+                if read::<bool>(&t, &format!("{what}.timingUnknown"))? {
                     r.timing = lb::Timing::Unknown;
                 }
             }
             other => {
                 return Err(Fail::ty(format!(
-                    "response.timingUnknown must be a boolean, got {}",
+                    "{what}.timingUnknown must be a boolean, got {}",
                     describe(other)
                 )));
             }
@@ -509,4 +588,81 @@ pub fn header_values(v: Option<&Unknown<'_>>, what: &str) -> R<Vec<String>> {
             describe(t)
         ))),
     }
+}
+
+/// An adopted create: `{ key, sentAt?, receivedAt, response | failure,
+/// requestBody? }`.
+pub fn adopted_create(env: &Env, v: &Unknown<'_>) -> R<lb::AdoptedCreate> {
+    let what = "create";
+    let o = object(v, what)?;
+    only_keys(
+        &o,
+        what,
+        &[
+            "key",
+            "sentAt",
+            "receivedAt",
+            "response",
+            "failure",
+            "requestBody",
+        ],
+    )?;
+    let key = match prop(&o, "key", what)? {
+        Some(k) => string(&k, "create.key")?,
+        None => {
+            return Err(Fail::ty(
+                "create.key is required: the idempotency key the create used",
+            ));
+        }
+    };
+    let sent_ns = match prop(&o, "sentAt", what)? {
+        Some(t) if type_of(&t, "create.sentAt")? != ValueType::Null => {
+            Some(time_ns(&t, "create.sentAt")?)
+        }
+        _ => None,
+    };
+    let received_ns = match prop(&o, "receivedAt", what)? {
+        Some(t) => time_ns(&t, "create.receivedAt")?,
+        None => {
+            return Err(Fail::ty(
+                "create.receivedAt is required: when the create's outcome was observed",
+            ));
+        }
+    };
+    if let Some(sent) = sent_ns {
+        if sent > received_ns {
+            return Err(Fail::range(format!(
+                "create.sentAt ({sent} ns) must not be after create.receivedAt ({received_ns} ns)"
+            )));
+        }
+    }
+    let response_v = prop(&o, "response", what)?;
+    let failure = prop(&o, "failure", what)?;
+    let outcome = match (response_v, failure) {
+        (Some(r), None) => lb::CreateOutcome::Response(response(env, &r, "create.response")?),
+        (None, Some(f)) => lb::CreateOutcome::Failure(transport_failure(&f, "create.failure")?),
+        (Some(_), Some(_)) => {
+            return Err(Fail::ty(
+                "create has both response and failure: give exactly one",
+            ));
+        }
+        (None, None) => {
+            return Err(Fail::ty(
+                "create needs a response ({ status, headers, body }) or a failure ('timeout', 'connect' or 'reset')",
+            ));
+        }
+    };
+    let body = match prop(&o, "requestBody", what)? {
+        Some(b) if type_of(&b, "create.requestBody")? != ValueType::Null => {
+            Some(body_bytes(&b, "create.requestBody")?)
+        }
+        _ => None,
+    };
+    Ok(lb::AdoptedCreate {
+        key,
+        body,
+        sent_ns,
+        received_ns,
+        outcome,
+    })
 }

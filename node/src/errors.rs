@@ -152,7 +152,7 @@ impl Fail {
             | lb::ErrorKind::Stopped
             | lb::ErrorKind::InvalidKey => Class::Error,
         };
-        Fail::new(class, code, e.message())
+        Fail::new(class, code, js_names(e.message()))
     }
 
     /// Throws this failure as a pending JavaScript exception and returns the
@@ -171,6 +171,26 @@ impl Fail {
             Err(e) => e,
         }
     }
+}
+
+/// The core's message with its Rust names replaced by the names a JavaScript
+/// caller knows (method, option and argument names of this package).
+fn js_names(message: &str) -> String {
+    const NAMES: [(&str, &str); 8] = [
+        ("handle_sent", "handleSent"),
+        ("handle_response", "handleResponse"),
+        ("handle_failure", "handleFailure"),
+        ("poll_action", "pollAction"),
+        ("create_request must", "options.createRequest must"),
+        ("ttl_ms must be within", "options.ttlMs must be within"),
+        ("reservation_id must be", "reservationId must be"),
+        ("request_timeout_ms", "options.requestTimeoutMs"),
+    ];
+    let mut out = message.to_owned();
+    for (rust, js) in NAMES {
+        out = out.replace(rust, js);
+    }
+    out
 }
 
 /// Runs `f` and throws its failure, if any, into JavaScript.

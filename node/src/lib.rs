@@ -438,6 +438,27 @@ pub struct Decision {
     pub detail: Option<String>,
     /// The reservation id, once a create succeeded.
     pub reservation_id: Option<String>,
+    /// D-15: until when the lease is proven alive, in milliseconds on the
+    /// caller's clock (like `at`): the receipt of the last primary-path
+    /// success plus its lead floor. `Infinity` when that sum overflows;
+    /// `null` before the first success and on the fallback path (which
+    /// proves nothing). Reaching it without a newer success puts the lease in
+    /// jeopardy. Fractions are approximate; `provenUntilNs` is exact.
+    pub proven_until: Option<f64>,
+    /// `provenUntil` in nanoseconds: `null` when absent, and `2n ** 64n - 1n`
+    /// (the largest 64-bit instant) for +infinity, so that
+    /// `now >= provenUntilNs` is never true for it.
+    pub proven_until_ns: Option<BigInt>,
+    /// The deciding success's `expires_at_ms` (server clock, ms since the
+    /// epoch) when this decision answers a success that carried it, else
+    /// `null`. A `number` (a `bigint` beyond 2^53-1).
+    #[napi(ts_type = "number | bigint")]
+    pub expires_at_ms: Option<JsNum>,
+    /// The deciding success's `remaining_ttl_ms` when this decision answers a
+    /// success that carried it, else `null`. A `number` (a `bigint` beyond
+    /// 2^53-1).
+    #[napi(ts_type = "number | bigint")]
+    pub remaining_ttl_ms: Option<JsNum>,
 }
 
 impl From<&lb::Decision> for Decision {
@@ -465,6 +486,16 @@ impl From<&lb::Decision> for Decision {
             outcome: OutcomeClass::from(d.outcome),
             detail: d.detail.clone(),
             reservation_id: d.reservation_id.clone(),
+            proven_until: d.proven_until_ns.map(|p| {
+                if p == u64::MAX {
+                    f64::INFINITY
+                } else {
+                    ns_to_ms_f64(p)
+                }
+            }),
+            proven_until_ns: d.proven_until_ns.map(BigInt::from),
+            expires_at_ms: d.expires_at_ms.map(num),
+            remaining_ttl_ms: d.remaining_ttl_ms.map(num),
         }
     }
 }
@@ -491,9 +522,10 @@ pub struct Attempt {
     /// Whether the key is new or the previous attempt's.
     pub key_use: KeyUse,
     /// The exact JSON request body; byte-identical on a same-key retry. A
-    /// `Buffer` at run time (typed as its base class `Uint8Array` so that the
-    /// declarations need no `@types/node`).
-    #[napi(ts_type = "Uint8Array")]
+    /// `Buffer` at run time (typed as its base class `Uint8Array<ArrayBuffer>`
+    /// so that the declarations need no `@types/node`); `fetch` accepts it as
+    /// a body as it is.
+    #[napi(ts_type = "Uint8Array<ArrayBuffer>")]
     pub body: Buffer,
     /// The same body as a string (it is always UTF-8 JSON).
     pub body_text: String,
@@ -521,17 +553,31 @@ impl From<&lb::Attempt> for Attempt {
     }
 }
 
-/// What the caller must do now: `{ type: 'send', attempt }`,
-/// `{ type: 'await', attempt }` or `{ type: 'stop', reason }`.
-#[napi(object, object_from_js = false, use_nullable = true)]
-pub struct Action {
-    /// `'send'`, `'await'` or `'stop'`.
-    #[napi(js_name = "type")]
-    pub kind: ActionType,
-    /// The attempt to send or in flight; `null` for a stop.
-    pub attempt: Option<Attempt>,
-    /// The stop reason; `null` unless stopped.
-    pub reason: Option<StopReason>,
+/// What the caller must do now, a union discriminated by `type`:
+///
+/// * `{ type: 'send', attempt }`: send `attempt` at `attempt.dueNs`, then
+///   call `handleSent`;
+/// * `{ type: 'await', attempt }`: `attempt` is in flight, report its outcome
+///   with `handleResponse` or `handleFailure`;
+/// * `{ type: 'stop', reason }`: the heartbeat stopped for good.
+///
+/// After `if (action.type === 'send')` TypeScript knows `action.attempt` is
+/// an `Attempt` (no `!` needed).
+// The variant fields carry no doc comments: napi-rs would inline them into
+// the union type; the enum's comment above documents them.
+#[allow(missing_docs)]
+#[napi(
+    discriminant = "type",
+    discriminant_case = "lowercase",
+    object_from_js = false
+)]
+pub enum Action {
+    /// Send the attempt at its due time, then call `handleSent`.
+    Send { attempt: Attempt },
+    /// The attempt is in flight: report its outcome.
+    Await { attempt: Attempt },
+    /// The heartbeat stopped for good.
+    Stop { reason: StopReason },
 }
 
 // ----- input shapes (TypeScript only: inputs are validated by hand) -----
@@ -586,10 +632,14 @@ pub struct ResponseInit {
     /// The status code, 100..=999.
     #[napi(ts_type = "number")]
     pub status: (),
-    /// Header name to value, or to an array of values for a repeated header.
-    /// Names compare case-insensitively. A fetch `Headers` or a `Map` is
-    /// refused: pass `Object.fromEntries(headers)`.
-    #[napi(ts_type = "Record<string, string | string[]> | null")]
+    /// The headers, in any of the forms JavaScript code has them: a fetch
+    /// `Headers` (e.g. `res.headers`), a `Map` or any iterable of
+    /// `[name, value]` pairs, an array of such pairs, or a plain object of
+    /// name to value, or to an array of values for a repeated header. Names
+    /// compare case-insensitively. Absent or `null`: none.
+    #[napi(
+        ts_type = "Record<string, string | readonly string[]> | Iterable<readonly [string, string]> | null"
+    )]
     pub headers: Option<()>,
     /// The raw body: bytes (`Buffer`, `Uint8Array`, `ArrayBuffer`) or a string
     /// (encoded as UTF-8). Absent or `null`: empty.
@@ -599,6 +649,54 @@ pub struct ResponseInit {
     /// lead_floor 0 and next_delay 0 and does not update max_rtt.
     #[napi(ts_type = "boolean")]
     pub timing_unknown: Option<()>,
+}
+
+/// A create the caller already performed with its own HTTP client (an SDK's
+/// create), for `Heartbeat.adoptCreate`. Exactly one of `response` and
+/// `failure`. Unknown properties are refused.
+#[napi(object, object_from_js = false, object_to_js = false)]
+pub struct AdoptedCreateInit {
+    /// The idempotency key the create used (its `X-Idempotency-Key` and its
+    /// body's `idempotency_key`): 1..=256 characters. A create retry reuses
+    /// it; it counts as key 1 of the lease.
+    #[napi(ts_type = "string")]
+    pub key: (),
+    /// When the create was sent, on the clock of every later call (a number
+    /// of ms or a bigint of ns, as `now` everywhere). Absent or `null` when
+    /// unknown: the round trip is then unknown (a success gives lead floor 0
+    /// and an immediate first extension).
+    #[napi(ts_type = "number | bigint | null")]
+    pub sent_at: Option<()>,
+    /// When its outcome was observed (after the complete body), same clock.
+    #[napi(ts_type = "number | bigint")]
+    pub received_at: (),
+    /// The HTTP response to the create, as raw as it arrived (as for
+    /// `handleResponse`).
+    #[napi(ts_type = "ResponseInit")]
+    pub response: Option<()>,
+    /// Or the create's transport failure: `'timeout'`, `'connect'` or
+    /// `'reset'`.
+    #[napi(ts_type = "TransportFailure")]
+    pub failure: Option<()>,
+    /// The exact request body the create sent (bytes or a string), so that a
+    /// same-key create retry resends it byte for byte; it must be a JSON
+    /// object whose `idempotency_key`, if present, is `key`. Absent or
+    /// `null`: a retry sends the body this heartbeat builds from the options
+    /// (`createRequest` plus `idempotency_key` and `ttl_ms`).
+    #[napi(ts_type = "Uint8Array | ArrayBuffer | string | null")]
+    pub request_body: Option<()>,
+}
+
+/// What `Heartbeat.adoptCreate` returns: the heartbeat and its first
+/// decision (the answer to the adopted create's outcome).
+#[napi(object, object_from_js = false, object_to_js = false)]
+pub struct AdoptedHeartbeat {
+    /// The heartbeat that took the lease over.
+    #[napi(ts_type = "Heartbeat")]
+    pub heartbeat: (),
+    /// Its first decision, as if it had sent the create itself.
+    #[napi(ts_type = "Decision")]
+    pub decision: (),
 }
 
 // ----- the heartbeat -----
@@ -715,6 +813,62 @@ impl Heartbeat {
         })
     }
 
+    /// Takes over a lease whose create the caller performed itself (an SDK's
+    /// own HTTP client): the create's key, its send and receive instants and
+    /// its raw outcome are classified exactly as if this heartbeat had sent
+    /// the create. A success anchors the schedule with no extra extension
+    /// (the first decision is the first beat's due time); an ambiguous or
+    /// transient outcome asks for the one same-key create retry (with the
+    /// caller's key and body); a 4xx stops `'create_rejected'`; and so on.
+    /// Returns `{ heartbeat, decision }`; `heartbeat.lastDecision` is that
+    /// decision too. The create counts as attempt 1 and its key as key 1.
+    ///
+    /// ```js
+    /// const sentAt = performance.now()
+    /// const res = await fetch(url, { method: 'POST', headers, body })
+    /// const bytes = new Uint8Array(await res.arrayBuffer())
+    /// const { heartbeat, decision } = Heartbeat.adoptCreate(
+    ///   { ttlMs: 60000, requestTimeoutMs: 10000 },
+    ///   { key, sentAt, receivedAt: performance.now(), requestBody: body,
+    ///     response: { status: res.status, headers: res.headers, body: bytes } })
+    /// ```
+    ///
+    /// Throws a `TypeError`/`RangeError` (`ERR_LEASEBEAT_INVALID_ARGUMENT`)
+    /// for malformed arguments (both or neither of `response` and `failure`,
+    /// `sentAt` after `receivedAt`, a `requestBody` that is not a JSON object
+    /// or carries another `idempotency_key`), a `RangeError`
+    /// (`ERR_LEASEBEAT_INVALID_CONFIG`) for options the core refuses, and an
+    /// `Error` (`ERR_LEASEBEAT_INVALID_KEY`) for a key of 0 or more than 256
+    /// characters.
+    #[napi(catch_unwind, ts_return_type = "AdoptedHeartbeat")]
+    pub fn adopt_create<'e>(
+        env: &'e Env,
+        #[napi(ts_arg_type = "HeartbeatOptions")] options: Unknown<'_>,
+        #[napi(ts_arg_type = "AdoptedCreateInit")] create: Unknown<'_>,
+    ) -> Result<Object<'e>> {
+        let (hb, decision) = run(env, || {
+            let (config, prefix) = conv::options(&options)?;
+            let create = conv::adopted_create(env, &create)?;
+            match prefix {
+                Some(p) => lb::Heartbeat::adopt_create_with_key_source(
+                    config,
+                    create,
+                    Box::new(lb::SequentialKeys::new(p)),
+                ),
+                None => lb::Heartbeat::adopt_create(config, create),
+            }
+            .map_err(|e| Fail::core(&e))
+        })?;
+        let heartbeat = Heartbeat {
+            state: Mutex::new(State::Open(Box::new(hb))),
+        }
+        .into_instance(env)?;
+        let mut out = Object::new(env)?;
+        out.set("heartbeat", heartbeat)?;
+        out.set("decision", Decision::from(&decision))?;
+        Ok(out)
+    }
+
     /// What the caller must do now: send an attempt, await its outcome, or
     /// stop.
     #[napi(catch_unwind)]
@@ -722,20 +876,14 @@ impl Heartbeat {
         run(env, || {
             self.with(|hb| {
                 Ok(match hb.poll_action() {
-                    lb::Action::Send(a) => Action {
-                        kind: ActionType::Send,
-                        attempt: Some(Attempt::from(a)),
-                        reason: None,
+                    lb::Action::Send(a) => Action::Send {
+                        attempt: Attempt::from(a),
                     },
-                    lb::Action::AwaitOutcome(a) => Action {
-                        kind: ActionType::Await,
-                        attempt: Some(Attempt::from(a)),
-                        reason: None,
+                    lb::Action::AwaitOutcome(a) => Action::Await {
+                        attempt: Attempt::from(a),
                     },
-                    lb::Action::Stop(r) => Action {
-                        kind: ActionType::Stop,
-                        attempt: None,
-                        reason: Some(StopReason::from(r)),
+                    lb::Action::Stop(r) => Action::Stop {
+                        reason: StopReason::from(r),
                     },
                 })
             })
@@ -779,7 +927,7 @@ impl Heartbeat {
     ) -> Result<Decision> {
         run(env, || {
             let id = conv::integer_u64(&attempt_id, "attemptId")?;
-            let response = conv::response(&response)?;
+            let response = conv::response(env, &response, "response")?;
             let now = conv::time_ns(&now, "now")?;
             self.with(|hb| {
                 hb.handle_response(id, response, now)

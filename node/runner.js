@@ -1,0 +1,381 @@
+// The ready heartbeat loop for Node.js around the sans-IO core (hand-written,
+// CommonJS). It holds no rule: it only waits for the due time, performs the
+// attempt through a transport, enforces the whole-attempt deadline, feeds the
+// outcome back to the core and reports every decision. See README.md,
+// "The runner", and runner.d.ts for the documented API.
+'use strict'
+
+const { randomUUID } = require('node:crypto')
+const { Heartbeat } = require('./index.js')
+
+/** `provenUntilNs` of a lease proven alive forever (receipt + lead overflowed). */
+const PROVEN_FOREVER_NS = 2n ** 64n - 1n
+
+/** Setting a JavaScript timer beyond this many ms fires it at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1
+/** Timer slack bounds (ms): as the Rust driver, 0.2 ms .. 20 ms, from 1 ms. */
+const MIN_SLACK_MS = 0.2
+const MAX_SLACK_MS = 20
+/** Time allowed, within the attempt timeout, for a fired deadline to be observed. */
+const WAKEUP_ALLOWANCE_MS = 30
+
+/**
+ * The timer slack of this process's event loop: the largest recent oversleep
+ * of the runner's own timers (ms), decaying by 1/8 per measurement, within
+ * 0.2 .. 20 ms. Beats are sent early by it, and deadlines fire early by it.
+ */
+let timerSlackMs = 1
+
+function noteOversleep (overMs) {
+  timerSlackMs = Math.min(MAX_SLACK_MS, Math.max(MIN_SLACK_MS, timerSlackMs - timerSlackMs / 8, overMs))
+}
+
+/** The current measured timer slack in ms (for diagnostics and tests). */
+function timerSlack () {
+  return timerSlackMs
+}
+
+/**
+ * How long before the configured per-attempt timeout the runner fires its
+ * own deadline, so that a timed-out attempt is observed no later than
+ * `sent + requestTimeoutMs`: the measured timer slack plus a 30 ms wake-up
+ * allowance, and never more than a tenth of the timeout.
+ */
+function detectionSlackMs (timeoutMs) {
+  return Math.min(timeoutMs / 10, timerSlackMs + WAKEUP_ALLOWANCE_MS)
+}
+
+/** A transport failure: `kind` is `'timeout'`, `'connect'` or `'reset'`. */
+class TransportError extends Error {
+  constructor (kind, message, options) {
+    super(message ?? `transport failure: ${kind}`, options)
+    if (kind !== 'timeout' && kind !== 'connect' && kind !== 'reset') {
+      throw new TypeError(`TransportError kind must be 'timeout', 'connect' or 'reset', got ${String(kind)}`)
+    }
+    this.name = 'TransportError'
+    this.kind = kind
+    this.code = 'ERR_LEASEBEAT_TRANSPORT'
+  }
+}
+
+const CONNECT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'EADDRNOTAVAIL'])
+
+/** Maps an error thrown by fetch (or by reading its body) to a transport failure kind. */
+function fetchFailureKind (err, signal) {
+  if (signal !== undefined && signal.aborted) return 'timeout'
+  let e = err
+  for (let depth = 0; e != null && depth < 5; depth++) {
+    if (e.name === 'TimeoutError') return 'timeout'
+    if (typeof e.code === 'string' && CONNECT_CODES.has(e.code)) return 'connect'
+    e = e.cause
+  }
+  return 'reset'
+}
+
+/**
+ * The default transport: the global `fetch` against a Cycles server. Sends
+ * `POST {baseUrl}/v1/reservations` (create) and
+ * `POST {baseUrl}/v1/reservations/{id}/{extend|release|commit}` with
+ * `X-Cycles-API-Key`, `X-Idempotency-Key` and the body; reads the complete
+ * body; aborts the whole attempt (connect, send, response, body) with the
+ * signal it is given, and maps failures to `TransportError`.
+ */
+function fetchTransport (options) {
+  if (options === null || typeof options !== 'object') throw new TypeError('fetchTransport options must be an object { baseUrl, apiKey, fetch? }')
+  const { baseUrl, apiKey } = options
+  const doFetch = options.fetch ?? globalThis.fetch
+  if (typeof baseUrl !== 'string' || !/^https?:\/\//.test(baseUrl)) throw new TypeError(`baseUrl must be an http(s) URL string, got ${typeof baseUrl === 'string' ? JSON.stringify(baseUrl) : typeof baseUrl}`)
+  if (typeof apiKey !== 'string' || apiKey.length === 0) throw new TypeError('apiKey must be a non-empty string')
+  if (typeof doFetch !== 'function') throw new TypeError('fetch must be a function (the global fetch needs Node.js >= 18)')
+  const base = baseUrl.replace(/\/+$/, '')
+  return async function fetchAttempt (request, signal) {
+    const path = request.kind === 'create'
+      ? '/v1/reservations'
+      : `/v1/reservations/${encodeURIComponent(request.reservationId)}/${request.kind}`
+    try {
+      const res = await doFetch(base + path, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-cycles-api-key': apiKey,
+          'x-idempotency-key': request.key
+        },
+        body: request.body,
+        signal
+      })
+      const body = new Uint8Array(await res.arrayBuffer())
+      return { status: res.status, headers: res.headers, body }
+    } catch (err) {
+      if (err instanceof TransportError) throw err
+      throw new TransportError(fetchFailureKind(err, signal), `${request.kind} ${path}: ${err?.message ?? err}`, { cause: err })
+    }
+  }
+}
+
+/** Resolves after `ms` (an unref'd timer), or when `signal` aborts. Returns the oversleep in ms. */
+function sleep (ms, signal) {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve(0)
+    const start = performance.now()
+    const wait = Math.min(Math.max(0, ms), MAX_TIMER_MS)
+    const onAbort = () => {
+      clearTimeout(timer)
+      resolve(0)
+    }
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort)
+      const over = performance.now() - start - wait
+      noteOversleep(over)
+      resolve(over)
+    }, wait)
+    timer.unref()
+    signal.addEventListener('abort', onAbort, { once: true })
+  })
+}
+
+const running = new WeakSet()
+const NO_RELEASE = new Set(['expired', 'finalized', 'not_found', 'create_failed', 'create_rejected', 'no_reservation'])
+
+function check (cond, message) {
+  if (!cond) throw new TypeError(message)
+}
+
+function validate (heartbeat, options) {
+  check(heartbeat instanceof Heartbeat, 'runHeartbeat: heartbeat must be a Heartbeat')
+  check(options === undefined || (options !== null && typeof options === 'object'), 'runHeartbeat: options must be an object')
+  const o = options ?? {}
+  const allowed = ['transport', 'baseUrl', 'apiKey', 'signal', 'onDecision', 'onJeopardy', 'onFinalize', 'finalize', 'clock']
+  for (const k of Object.keys(o)) check(allowed.includes(k), `runHeartbeat: unknown option ${JSON.stringify(k)} (allowed: ${allowed.join(', ')})`)
+  for (const k of ['transport', 'onDecision', 'onJeopardy', 'onFinalize', 'clock']) {
+    check(o[k] === undefined || typeof o[k] === 'function', `runHeartbeat: options.${k} must be a function`)
+  }
+  check(o.signal === undefined || o.signal instanceof AbortSignal, 'runHeartbeat: options.signal must be an AbortSignal')
+  const f = o.finalize
+  check(f === undefined || f === null || f === 'release' || (typeof f === 'object' && f.commit !== null && typeof f.commit === 'object'),
+    "runHeartbeat: options.finalize must be 'release', { commit: { actual, ... } } or null")
+  if (o.transport === undefined) {
+    check(o.baseUrl !== undefined, 'runHeartbeat: give options.transport, or options.baseUrl and options.apiKey for the default fetch transport')
+  } else {
+    check(o.baseUrl === undefined && o.apiKey === undefined, 'runHeartbeat: options.baseUrl/apiKey are for the default transport; do not combine them with options.transport')
+  }
+  return o
+}
+
+/**
+ * Runs one lease to its stop. See runner.d.ts for the documentation.
+ */
+async function runHeartbeat (heartbeat, options) {
+  const o = validate(heartbeat, options)
+  if (running.has(heartbeat)) throw new Error('runHeartbeat: this Heartbeat is already being run')
+  const first = heartbeat.pollAction()
+  if (first.type === 'await') throw new Error('runHeartbeat: attempt ' + first.attempt.id + ' is in flight; report its outcome before running the heartbeat')
+  running.add(heartbeat)
+  const transport = o.transport ?? fetchTransport({ baseUrl: o.baseUrl, apiKey: o.apiKey })
+  const clock = o.clock ?? (() => performance.now())
+  const userSignal = o.signal ?? new AbortController().signal
+  // Aborted when the runner stops, for whatever reason: ends every wait.
+  const done = new AbortController()
+  const onUserAbort = () => done.abort()
+  if (userSignal.aborted) done.abort()
+  else userSignal.addEventListener('abort', onUserAbort, { once: true })
+
+  const report = (fn, arg) => {
+    if (fn === undefined) return
+    try {
+      fn(arg)
+    } catch (err) {
+      // A listener's bug must not stop the heartbeat: surface it without
+      // unwinding the loop.
+      process.emitWarning(`leasebeat runner listener threw: ${err?.stack ?? err}`, 'LeasebeatListenerWarning')
+    }
+  }
+
+  // Jeopardy (D-15): reaching provenUntil without a newer success.
+  let jeopardyTimer = null
+  let successes = 0
+  const armJeopardy = (d) => {
+    if (jeopardyTimer !== null) clearTimeout(jeopardyTimer)
+    jeopardyTimer = null
+    if (d.next === 'stop' || d.provenUntilNs === null || d.provenUntilNs === PROVEN_FOREVER_NS) return
+    const provenUntil = d.provenUntil
+    const generation = successes
+    const fire = () => {
+      jeopardyTimer = null
+      if (done.signal.aborted || generation !== successes) return
+      const now = clock()
+      const nowMs = typeof now === 'bigint' ? Number(now) / 1e6 : now
+      if (nowMs < provenUntil) {
+        jeopardyTimer = setTimeout(fire, Math.min(MAX_TIMER_MS, provenUntil - nowMs)).unref()
+        return
+      }
+      report(o.onJeopardy, { event: 'lease_in_jeopardy', cause: 'proven_until_reached', reservationId: heartbeat.reservationId, provenUntil, at: nowMs })
+    }
+    const nowMs = toMs(clock())
+    jeopardyTimer = setTimeout(fire, Math.min(MAX_TIMER_MS, Math.max(0, provenUntil - nowMs - timerSlackMs))).unref()
+  }
+  const toMs = (t) => (typeof t === 'bigint' ? Number(t) / 1e6 : t)
+
+  const decide = (d) => {
+    if (d.outcome === 'success') successes++
+    armJeopardy(d)
+    report(o.onDecision, d)
+    return d
+  }
+
+  let stop = null
+  try {
+    const last = heartbeat.lastDecision
+    if (last !== null && last.next !== 'stop') armJeopardy(last)
+    for (;;) {
+      const action = heartbeat.pollAction()
+      if (action.type === 'stop') {
+        stop = heartbeat.lastDecision
+        break
+      }
+      if (action.type === 'await') throw new Error('runHeartbeat: the heartbeat has an attempt in flight that this runner did not send')
+      const attempt = action.attempt
+      // Wait for the due time, early by the measured timer slack.
+      while (!done.signal.aborted) {
+        if (attempt.dueMs === Infinity) {
+          await sleep(MAX_TIMER_MS, done.signal)
+          continue
+        }
+        const wait = attempt.dueMs - toMs(clock()) - timerSlackMs
+        if (wait <= 0) break
+        await sleep(wait, done.signal)
+      }
+      if (done.signal.aborted) {
+        stop = decide(heartbeat.cancel(clock()))
+        break
+      }
+      const sent = clock()
+      const sentMs = toMs(sent)
+      const margin = heartbeat.lastDecision?.numbers.safetyMargin
+      const marginMs = typeof margin === 'number' ? margin : 1000
+      if (attempt.keyUse === 'new' && attempt.kind === 'extend' && sentMs - attempt.dueMs > marginMs) {
+        report(o.onJeopardy, { event: 'lease_in_jeopardy', cause: 'late_beat', reservationId: heartbeat.reservationId, due: attempt.dueMs, at: sentMs, lateMs: sentMs - attempt.dueMs })
+      }
+      heartbeat.handleSent(attempt.id, sent)
+      const outcome = await perform(heartbeat, attempt, transport, done.signal, sentMs, toMs, clock)
+      if (done.signal.aborted) {
+        // The caller stopped while the attempt was in flight: its late
+        // outcome is ignored.
+        stop = decide(heartbeat.cancel(clock()))
+        break
+      }
+      const d = outcome.response !== undefined
+        ? heartbeat.handleResponse(attempt.id, outcome.response, outcome.at)
+        : heartbeat.handleFailure(attempt.id, outcome.failure, outcome.at)
+      decide(d)
+    }
+  } finally {
+    if (jeopardyTimer !== null) clearTimeout(jeopardyTimer)
+    userSignal.removeEventListener('abort', onUserAbort)
+    done.abort()
+    running.delete(heartbeat)
+  }
+  if (o.finalize != null && heartbeat.reservationId !== null && !NO_RELEASE.has(stop.reason)) {
+    await finalize(heartbeat, o, transport, report)
+  }
+  return stop
+}
+
+/**
+ * Performs one attempt, racing the transport against the attempt deadline
+ * (`sent + requestTimeoutMs`, fired early by the detection slack) and the
+ * runner's stop. Resolves to `{ response, at }` or `{ failure, at }`.
+ */
+function perform (heartbeat, attempt, transport, stopSignal, sentMs, toMs, clock) {
+  const timeoutMs = heartbeat.requestTimeoutMs
+  const bounded = typeof timeoutMs === 'number' && Number.isFinite(timeoutMs)
+  const attemptAbort = new AbortController()
+  return new Promise((resolve) => {
+    let settled = false
+    let deadline = null
+    const finish = (outcome) => {
+      if (settled) return
+      settled = true
+      if (deadline !== null) clearTimeout(deadline)
+      stopSignal.removeEventListener('abort', onStop)
+      resolve(outcome)
+    }
+    const onStop = () => {
+      attemptAbort.abort()
+      finish({ failure: 'reset', at: clock() })
+    }
+    stopSignal.addEventListener('abort', onStop, { once: true })
+    let signal = attemptAbort.signal
+    if (bounded) {
+      const enforceMs = Math.max(1, timeoutMs - detectionSlackMs(timeoutMs))
+      const remaining = Math.max(0, sentMs + enforceMs - toMs(clock()))
+      signal = AbortSignal.any([attemptAbort.signal, AbortSignal.timeout(Math.max(1, Math.floor(remaining)))])
+      const start = performance.now()
+      deadline = setTimeout(() => {
+        noteOversleep(performance.now() - start - remaining)
+        attemptAbort.abort()
+        finish({ failure: 'timeout', at: clock() })
+      }, remaining)
+      deadline.unref()
+    }
+    const request = {
+      kind: attempt.kind,
+      reservationId: heartbeat.reservationId,
+      key: attempt.key,
+      body: attempt.body,
+      attempt
+    }
+    let p
+    try {
+      p = Promise.resolve(transport(request, signal))
+    } catch (err) {
+      p = Promise.reject(err)
+    }
+    p.then(
+      (res) => {
+        if (res === null || typeof res !== 'object' || typeof res.status !== 'number') {
+          finish({ failure: 'reset', at: clock() })
+          process.emitWarning('leasebeat runner: the transport resolved to something other than { status, headers, body }; counted as a reset', 'LeasebeatTransportWarning')
+          return
+        }
+        const response = { status: res.status }
+        if (res.headers !== undefined) response.headers = res.headers
+        if (res.body !== undefined) response.body = res.body
+        finish({ response, at: clock() })
+      },
+      (err) => {
+        const kind = err instanceof TransportError
+          ? err.kind
+          : (signal.aborted ? 'timeout' : 'reset')
+        finish({ failure: kind, at: clock() })
+      }
+    )
+  })
+}
+
+/** Releases or commits the reservation after the stop, through the transport. */
+async function finalize (heartbeat, o, transport, report) {
+  const key = randomUUID()
+  const commit = o.finalize !== 'release'
+  const body = commit ? { ...o.finalize.commit, idempotency_key: key } : { idempotency_key: key }
+  const request = {
+    kind: commit ? 'commit' : 'release',
+    reservationId: heartbeat.reservationId,
+    key,
+    body: new TextEncoder().encode(JSON.stringify(body)),
+    attempt: null
+  }
+  const timeoutMs = heartbeat.requestTimeoutMs
+  const signal = typeof timeoutMs === 'number' && Number.isFinite(timeoutMs)
+    ? AbortSignal.timeout(Math.max(1, Math.floor(timeoutMs)))
+    : new AbortController().signal
+  let result
+  try {
+    const res = await transport(request, signal)
+    result = { kind: request.kind, reservationId: request.reservationId, key, status: res.status, error: null }
+  } catch (err) {
+    result = { kind: request.kind, reservationId: request.reservationId, key, status: null, error: err }
+  }
+  report(o.onFinalize, result)
+}
+
+module.exports = { runHeartbeat, fetchTransport, TransportError, PROVEN_FOREVER_NS, timerSlack }
