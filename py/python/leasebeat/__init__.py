@@ -56,6 +56,7 @@ from __future__ import annotations
 from . import _leasebeat as _leasebeat
 from ._leasebeat import (
     DEFAULT_TTL_MS,
+    INFINITE_NS,
     MAX_KEY_CHARS,
     MAX_TTL_MS,
     MIN_TTL_MS,
@@ -117,6 +118,7 @@ ERRORS_BY_CODE: dict[str, type[LeaseError]] = {
 __all__ = [
     "DEFAULT_TTL_MS",
     "ERRORS_BY_CODE",
+    "INFINITE_NS",
     "MAX_KEY_CHARS",
     "MAX_TTL_MS",
     "MIN_TTL_MS",

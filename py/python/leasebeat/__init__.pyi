@@ -3,6 +3,7 @@
 from . import _leasebeat as _leasebeat
 from ._leasebeat import (
     DEFAULT_TTL_MS as DEFAULT_TTL_MS,
+    INFINITE_NS as INFINITE_NS,
     MAX_KEY_CHARS as MAX_KEY_CHARS,
     MAX_TTL_MS as MAX_TTL_MS,
     MIN_TTL_MS as MIN_TTL_MS,
@@ -50,6 +51,7 @@ ERRORS_BY_CODE: dict[str, type[LeaseError]]
 __all__ = [
     "DEFAULT_TTL_MS",
     "ERRORS_BY_CODE",
+    "INFINITE_NS",
     "MAX_KEY_CHARS",
     "MAX_TTL_MS",
     "MIN_TTL_MS",
