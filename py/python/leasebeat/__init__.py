@@ -100,6 +100,18 @@ from ._leasebeat import (
     safety_margin,
 )
 
+from . import aio, transports
+from ._runner import (
+    HttpResponse,
+    Jeopardy,
+    Listener,
+    Request,
+    Runner,
+    Transport,
+    TransportError,
+    run,
+)
+
 #: Every LeaseError subclass by its stable ``code``.
 ERRORS_BY_CODE: dict[str, type[LeaseError]] = {
     cls.code: cls
@@ -116,6 +128,16 @@ ERRORS_BY_CODE: dict[str, type[LeaseError]] = {
 }
 
 __all__ = [
+    "transports",
+    "run",
+    "aio",
+    "TransportError",
+    "Transport",
+    "Runner",
+    "Request",
+    "Listener",
+    "Jeopardy",
+    "HttpResponse",
     "DEFAULT_TTL_MS",
     "ERRORS_BY_CODE",
     "INFINITE_NS",

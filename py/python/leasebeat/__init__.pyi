@@ -47,8 +47,30 @@ from ._leasebeat import (
     TransportFailure as TransportFailure,
 )
 
+from . import aio as aio, transports as transports
+from ._runner import (
+    HttpResponse as HttpResponse,
+    Jeopardy as Jeopardy,
+    Listener as Listener,
+    Request as Request,
+    Runner as Runner,
+    Transport as Transport,
+    TransportError as TransportError,
+    run as run,
+)
+
 ERRORS_BY_CODE: dict[str, type[LeaseError]]
 __all__ = [
+    "transports",
+    "run",
+    "aio",
+    "TransportError",
+    "Transport",
+    "Runner",
+    "Request",
+    "Listener",
+    "Jeopardy",
+    "HttpResponse",
     "DEFAULT_TTL_MS",
     "ERRORS_BY_CODE",
     "INFINITE_NS",

@@ -1,0 +1,300 @@
+"""The runners (issue 11) against `leasebeat serve`: thread runner
+(``leasebeat.run``) and asyncio runner (``leasebeat.aio.run``) with the
+bundled transports. Each test reads the server's log: the keys used, and zero
+unreported lapses (a lapse with no stop and no jeopardy reported before it).
+Waits are bounded (generous) safety nets; nothing asserts on wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import leasebeat
+from leasebeat import Decision, Heartbeat, Next, OutcomeClass, StopReason
+from leasebeat.transports import AsyncHttpxTransport, AsyncUrllibTransport, HttpxTransport, UrllibTransport
+
+from conftest import CREATE_REQUEST
+
+TTL, TIMEOUT = 4000, 1000  # a beat about every second under --max-lead-ms 4000
+LIMIT_S = 60.0  # safety net only
+
+
+class Collector(leasebeat.Listener):
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.decisions: list[Decision] = []
+        self.jeopardy: list[leasebeat.Jeopardy] = []
+        self.stops: list[Decision] = []
+        self.finalized: list[tuple[str, Any, Any]] = []
+
+    def on_decision(self, decision: Decision) -> None:
+        with self.lock:
+            self.decisions.append(decision)
+            self.lock.notify_all()
+
+    def on_jeopardy(self, event: leasebeat.Jeopardy) -> None:
+        with self.lock:
+            self.jeopardy.append(event)
+
+    def on_stop(self, decision: Decision) -> None:
+        with self.lock:
+            self.stops.append(decision)
+
+    def on_finalize(self, endpoint: str, response: Any, error: Any) -> None:
+        with self.lock:
+            self.finalized.append((endpoint, response, error))
+
+    def successes(self, next_: Next = Next.EXTEND) -> int:
+        return sum(1 for d in self.decisions if d.outcome is OutcomeClass.SUCCESS)
+
+    def wait_for(self, pred: Any, limit: float = LIMIT_S) -> None:
+        with self.lock:
+            assert self.lock.wait_for(lambda: pred(self), limit), f"not reached: {self.decisions}"
+
+
+def hb() -> Heartbeat:
+    return Heartbeat(TTL, TIMEOUT, create_request=CREATE_REQUEST)
+
+
+def no_unreported_lapse(server: Any, collectors: list[Collector]) -> None:
+    reported = {d.reservation_id for c in collectors for d in c.stops} | {
+        j.reservation_id for c in collectors for j in c.jeopardy
+    }
+    for lapse in server.lapses():
+        assert lapse["reservation_id"] in reported, f"unreported lapse {lapse}"
+
+
+def extend_keys(server: Any) -> list[str]:
+    return [e["header_key"] for e in sorted(server.requests("extend"), key=lambda e: e["seq"])]
+
+
+def run_until(server: Any, extra: int, *, transport: Any = None) -> tuple[leasebeat.Runner, Collector]:
+    c = Collector()
+    r = leasebeat.run(hb(), transport or UrllibTransport(server.url, server.api_key), listener=c, release_on_stop=True)
+    c.wait_for(lambda c: c.successes() >= extra or bool(c.stops))
+    return r, c
+
+
+def finish(r: leasebeat.Runner) -> Decision:
+    r.stop()
+    r.stop()  # twice is fine
+    d = r.join(LIMIT_S)
+    assert d is not None and d.is_stop
+    return d
+
+
+def test_normal_lease_thread(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL))
+    r, c = run_until(server, 4)
+    d = finish(r)
+    assert d.reason is StopReason.CANCELLED and r.result is d and c.stops == [d]
+    assert [e["header_key"] for e in server.requests("create")] == [c.decisions[0].reservation_id and server.requests("create")[0]["header_key"]]
+    keys = extend_keys(server)
+    assert len(keys) >= 3 and len(set(keys)) == len(keys), keys  # a new key per beat
+    assert [f[0] for f in c.finalized] == ["release"] and c.finalized[0][1].status == 200
+    assert all(x.outcome is OutcomeClass.SUCCESS for x in c.decisions[:-1])
+    assert server.lapses() == [] and c.jeopardy == []
+
+
+def test_normal_lease_httpx_thread(serve: Any) -> None:
+    httpx = pytest.importorskip("httpx")
+    server = serve("--max-lead-ms", str(TTL))
+    with httpx.Client(trust_env=False) as client:
+        r, c = run_until(server, 3, transport=HttpxTransport(client, server.url, server.api_key))
+        finish(r)
+    assert len(set(extend_keys(server))) == len(extend_keys(server)) >= 2
+    assert server.lapses() == []
+
+
+def test_lost_response_replays_the_same_key(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL), "--fault", "extend:1=drop")
+    r, c = run_until(server, 3)
+    finish(r)
+    keys = extend_keys(server)
+    assert keys[0] == keys[1] and keys[2] != keys[1], keys  # same-key replay, then a new key
+    assert any(d.outcome is OutcomeClass.TRANSPORT_FAILURE for d in c.decisions)
+    no_unreported_lapse(server, [c])
+
+
+def test_5xx_burst(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL), "--fault", "extend:1-2=503")
+    r, c = run_until(server, 2)
+    finish(r)
+    keys = extend_keys(server)
+    assert keys[0] == keys[1] == keys[2], keys
+    assert [d.outcome for d in c.decisions[1:3]] == [OutcomeClass.SERVER_ERROR] * 2
+    no_unreported_lapse(server, [c])
+
+
+def test_429_inside_the_window(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL), "--fault", "extend:1=retry-after=0")
+    r, c = run_until(server, 3)
+    finish(r)
+    keys = extend_keys(server)
+    assert keys[0] == keys[1] != keys[2], keys
+    assert c.decisions[1].outcome is OutcomeClass.THROTTLED and c.decisions[1].key_use is leasebeat.KeyUse.SAME
+    no_unreported_lapse(server, [c])
+
+
+def test_slow_response_past_the_budget(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL), "--fault", "extend:1=delay=3000")
+    c = Collector()
+    r = leasebeat.run(hb(), UrllibTransport(server.url, server.api_key), listener=c, release_on_stop=True)
+    c.wait_for(lambda c: len(c.decisions) >= 3 or bool(c.stops))
+    finish(r)
+    slow = c.decisions[1]
+    assert slow.outcome is OutcomeClass.TRANSPORT_FAILURE, slow  # observed at the deadline, not at 3 s
+    assert slow.key_use is leasebeat.KeyUse.SAME and c.decisions[2].outcome is OutcomeClass.SUCCESS
+    # The same-key retry reached the server while the slow call was still held there.
+    retry = [e for e in server.requests("extend") if e["call"] == 2]
+    assert retry and retry[0]["status"] == 200
+    no_unreported_lapse(server, [c])
+
+
+def test_server_killed_mid_run(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL))
+    c = Collector()
+    r = leasebeat.run(hb(), UrllibTransport(server.url, server.api_key), listener=c)
+    c.wait_for(lambda c: c.successes() >= 2)
+    server.kill()
+    d = r.join(LIMIT_S)  # it stops by itself: never hangs, never lapses silently
+    assert d is not None and d.is_stop and d.reason is not StopReason.CANCELLED, d
+    after = c.decisions[2:]
+    assert after and all(x.outcome is OutcomeClass.TRANSPORT_FAILURE for x in after)
+    assert c.stops == [d]
+
+
+def test_stop_while_an_attempt_is_in_flight(serve: Any) -> None:
+    server = serve("--max-lead-ms", "20000", "--fault", "extend:1=hold=8000")
+    inflight = threading.Event()
+    base = UrllibTransport(server.url, server.api_key)
+
+    def transport(request: leasebeat.Request, deadline_ns: int | None) -> leasebeat.HttpResponse:
+        if request.endpoint == "extend":
+            inflight.set()
+        return base(request, deadline_ns)
+
+    c = Collector()
+    r = leasebeat.run(Heartbeat(20000, 10000, create_request=CREATE_REQUEST), transport, listener=c, release_on_stop=True)
+    assert inflight.wait(LIMIT_S)
+    stoppers = [threading.Thread(target=r.stop) for _ in range(3)]
+    for t in stoppers:
+        t.start()
+    d = r.join(7.0)  # well before the held response (8 s) could arrive
+    assert d is not None and d.reason is StopReason.CANCELLED
+    n = len(c.decisions)
+    assert c.decisions[-1] == d and r.heartbeat.last_decision == d
+    time.sleep(0)  # the late outcome, when it comes, changes nothing
+    assert len(c.decisions) == n
+    no_unreported_lapse(server, [c])
+
+
+def test_normal_lease_asyncio(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL))
+    c = Collector()
+
+    async def main() -> Decision:
+        task = asyncio.ensure_future(
+            leasebeat.aio.run(hb(), AsyncUrllibTransport(server.url, server.api_key), listener=c, release_on_stop=True)
+        )
+        while c.successes() < 3 and not task.done():
+            await asyncio.sleep(0.05)
+        task.cancel()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return c.stops[-1]
+
+    d = asyncio.run(main())
+    assert d.reason is StopReason.CANCELLED
+    assert [f[0] for f in c.finalized] == ["release"]
+    assert len(set(extend_keys(server))) == len(extend_keys(server)) >= 2
+    assert server.lapses() == []
+
+
+N = 1000
+MANY_TTL, MANY_TIMEOUT = 10000, 3000
+
+
+def test_1000_leases_threads(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(MANY_TTL))
+    collectors = [Collector() for _ in range(N)]
+    runners = [
+        leasebeat.run(
+            Heartbeat(MANY_TTL, MANY_TIMEOUT, create_request=CREATE_REQUEST),
+            UrllibTransport(server.url, server.api_key),
+            listener=c,
+            release_on_stop=True,
+        )
+        for c in collectors
+    ]
+    for c in collectors:
+        c.wait_for(lambda c: c.successes() >= 2 or bool(c.stops), 120)
+    for r in runners:
+        r.stop()
+    for r in runners:
+        assert r.join(120) is not None
+    # Under this load (1,000 creates at once on 2 cores) some creates may
+    # time out twice and stop create_failed: every lease must either have
+    # beaten or reported its stop, and no lease may lapse unreported.
+    assert server.requests("create")
+    assert all(c.successes() >= 2 or c.stops for c in collectors)
+    assert all(c.stops for c in collectors)  # every runner reported its end
+    no_unreported_lapse(server, collectors)
+
+
+def test_1000_leases_asyncio(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(MANY_TTL))
+    collectors = [Collector() for _ in range(N)]
+
+    async def main() -> None:
+        t = AsyncUrllibTransport(server.url, server.api_key)
+        tasks = [
+            asyncio.ensure_future(
+                leasebeat.aio.run(
+                    Heartbeat(MANY_TTL, MANY_TIMEOUT, create_request=CREATE_REQUEST), t, listener=c,
+                    release_on_stop=True,
+                )
+            )
+            for c in collectors
+        ]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(c.successes() >= 2 or c.stops for c in collectors):
+            await asyncio.sleep(0.1)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    # Under this load (1,000 creates at once on 2 cores) some creates may
+    # time out twice and stop create_failed: every lease must either have
+    # beaten or reported its stop, and no lease may lapse unreported.
+    assert server.requests("create")
+    assert all(c.successes() >= 2 or c.stops for c in collectors)
+    assert all(c.stops for c in collectors)  # every runner reported its end
+    no_unreported_lapse(server, collectors)
+
+
+def test_normal_lease_asyncio_httpx(serve: Any) -> None:
+    httpx = pytest.importorskip("httpx")
+    server = serve("--max-lead-ms", str(TTL))
+    c = Collector()
+
+    async def main() -> None:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            t = AsyncHttpxTransport(client, server.url, server.api_key)
+            task = asyncio.ensure_future(leasebeat.aio.run(hb(), t, listener=c, release_on_stop=True))
+            while c.successes() < 3 and not task.done():
+                await asyncio.sleep(0.05)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    assert c.stops and c.stops[-1].reason is StopReason.CANCELLED
+    assert [f[0] for f in c.finalized] == ["release"]
+    assert server.lapses() == []
