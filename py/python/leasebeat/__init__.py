@@ -27,6 +27,12 @@ Quick start::
                                       status, headers, body)
         log(decision.to_json())                  # every decision is observable
 
+The ready loop: ``runner = leasebeat.run(hb, leasebeat.transports.UrllibTransport(url,
+api_key), listener=...)`` runs the lease on a daemon thread (``runner.stop()``,
+``runner.join()``, ``runner.result``); ``await leasebeat.aio.run(...)`` is the
+asyncio coroutine. They wait, send, enforce each attempt's whole deadline,
+report decisions and ``lease_in_jeopardy`` and hold no rule.
+
 A reservation created elsewhere starts with an immediate extension instead
 of a create: ``leasebeat.Heartbeat.for_reservation("rsv-9", ttl_ms=60000,
 request_timeout_ms=10000)``; the loop is the same.

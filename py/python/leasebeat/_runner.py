@@ -261,6 +261,7 @@ class Runner:
 
     @property
     def done(self) -> bool:
+        """True once the runner has ended (its stop reported, release/commit sent)."""
         return self._done.is_set()
 
     def stop(self, *, release: bool | None = None, commit: Mapping[str, Any] | None = None) -> None:
