@@ -376,3 +376,28 @@ class socket_closed_port:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+def test_jeopardy_is_reported_before_a_lapse(serve: Any) -> None:
+    """A listener that blocks the runner's thread past proven_until (as an
+    overloaded process would): as soon as it runs again the runner reports
+    lease_in_jeopardy, both for proven_until reached and for the late beat,
+    before sending that beat; the lease's lapse is thus a reported one. (Here
+    proven_until is about the true expiry, so the server sees the lapse while
+    the listener still blocks: a blocking listener delays the report.)"""
+    server = serve("--max-lead-ms", str(TTL))
+
+    class Slow(Collector):
+        def on_decision(self, decision: Decision) -> None:
+            super().on_decision(decision)
+            if decision.outcome is OutcomeClass.SUCCESS and len(self.decisions) == 2:
+                time.sleep(TTL / 1000 + 0.5)  # the runner's thread is stuck here
+
+    c = Slow()
+    r = leasebeat.run(hb(), UrllibTransport(server.url, server.api_key), listener=c)
+    c.wait_for(lambda c: bool(c.stops) or len(c.decisions) >= 4)
+    finish(r)
+    causes = [j.cause for j in c.jeopardy]
+    assert "proven_until_reached" in causes and "late_beat" in causes, c.jeopardy
+    assert all(j.event == "lease_in_jeopardy" and j.reservation_id == c.decisions[0].reservation_id for j in c.jeopardy)
+    no_unreported_lapse(server, [c])

@@ -18,7 +18,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from ._leasebeat import INFINITE_NS, Attempt, AttemptKind, Decision, Heartbeat, TransportFailure
+from ._leasebeat import (
+    INFINITE_NS,
+    Attempt,
+    AttemptKind,
+    Decision,
+    Heartbeat,
+    TransportFailure,
+    attempt_budget,
+    safety_margin,
+)
 
 log = logging.getLogger("leasebeat.runner")
 
@@ -149,23 +158,20 @@ def finalize_request(reservation_id: str, commit: Mapping[str, Any] | None) -> R
 
 
 def attempt_deadline_ns(hb: Heartbeat, sent_ns: int) -> int | None:
-    """``sent + budget - detection slack`` (None when the budget is unbounded)."""
-    d = hb.last_decision
-    budget = d.numbers.attempt_budget if d is not None else None
-    if budget is None:
-        budget = hb.request_timeout_ms
-    if budget is None or budget == float("inf"):
+    """``sent + attempt_budget - detection slack`` (None when the budget is
+    unbounded); the budget is the core's ``attempt_budget(request_timeout_ms,
+    max_rtt_ms)``."""
+    budget = attempt_budget(hb.request_timeout_ms, hb.max_rtt_ms)
+    if budget == float("inf"):
         return None
     b = int(budget)
     return sent_ns + (b - detection_slack_ms(b)) * MS
 
 
 def safety_margin_ns(hb: Heartbeat) -> int:
-    d = hb.last_decision
-    m = d.numbers.safety_margin if d is not None else None
-    if m is None or m == float("inf"):
-        return max(1000, 2 * hb.max_rtt_ms) * MS
-    return int(m) * MS
+    """The core's ``safety_margin(max_rtt_ms)`` in ns (the late-beat threshold of D-15)."""
+    m = safety_margin(hb.max_rtt_ms)
+    return INFINITE_NS if m == float("inf") else int(m) * MS
 
 
 def call_listener(listener: Listener | None, name: str, *args: Any) -> None:
