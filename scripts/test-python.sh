@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Python binding: build the abi3 wheel with maturin, install it in a fresh
-# virtual environment with pinned pytest and mypy, then run mypy.stubtest, a
-# help(leasebeat) check and the pytest suite (every tests/vectors/*.json plus the
-# API tests) against the INSTALLED wheel, from a directory where the source
-# tree is not importable. The same wheel is then tested on every other
+# virtual environment with pinned pytest, mypy and httpx, then run
+# mypy.stubtest, `mypy --strict` on the typed heartbeat loop
+# (py/tests/test_typed_loop.py), a help(leasebeat) check and the pytest suite
+# (every tests/vectors/*.json and tests/vectors/pending-bindings/*.json, the API
+# tests, and the tests against `leasebeat serve`, built here in release mode)
+# against the INSTALLED wheel, from a directory where the source tree is not
+# importable. The same wheel is then tested on every other
 # CPython >= 3.10 found (pyenv versions, or LEASEBEAT_EXTRA_PYTHONS="py1 py2").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,10 +16,17 @@ PY=${PYTHON:-python3}
 MATURIN_PIN=maturin==1.16.0
 PYTEST_PIN=pytest==9.2.0
 MYPY_PIN=mypy==2.4.1
+HTTPX_PIN=httpx==0.28.1  # the optional extra leasebeat[httpx]; tested here
 
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
 WORK=$ROOT/target/python-ci
 rm -rf "$WORK"
 mkdir -p "$WORK/wheels" "$WORK/run"
+
+echo "==> python: cargo build --release -p leasebeat-cli (the reference server)"
+cargo build --release --locked -p leasebeat-cli
+export LEASEBEAT_BIN=$TARGET/release/leasebeat
 
 echo "==> python: build venv with $MATURIN_PIN"
 "$PY" -m venv "$WORK/build-venv"
@@ -31,7 +41,7 @@ run_suite() { # $1 = interpreter, $2 = venv dir, $3 = "full" for stubtest + help
   local py=$1 venv=$2 mode=$3
   "$py" -m venv "$venv"
   local vpy=$venv/bin/python
-  "$vpy" -m pip install -q --disable-pip-version-check "$WHEEL" "$PYTEST_PIN" "$MYPY_PIN"
+  "$vpy" -m pip install -q --disable-pip-version-check "$WHEEL" "$PYTEST_PIN" "$MYPY_PIN" "$HTTPX_PIN"
   echo "==> python: $("$vpy" --version) in a fresh venv"
   (
     cd "$WORK/run"
@@ -40,6 +50,8 @@ run_suite() { # $1 = interpreter, $2 = venv dir, $3 = "full" for stubtest + help
     if [ "$mode" = full ]; then
       echo "==> python: mypy.stubtest leasebeat"
       "$vpy" -m mypy.stubtest leasebeat
+      echo "==> python: mypy --strict on the typed heartbeat loop"
+      "$vpy" -m mypy --strict --cache-dir "$WORK/mypy-cache" "$ROOT/py/tests/test_typed_loop.py"
       echo "==> python: help(leasebeat)"
       "$vpy" -c 'import leasebeat; help(leasebeat)' >"$WORK/help.txt"
       for name in Heartbeat Decision Numbers Action Attempt StopReason LeaseError primary_schedule; do

@@ -1,126 +1,67 @@
-"""A heartbeat in a background thread, with httpx (example only; not run in CI).
+"""Keep a Cycles reservation alive on a background thread with the runner.
 
-Shows how an SDK feeds real responses into leasebeat and reports every
-decision. Run against the reference server::
+    leasebeat serve &                     # prints "listening on http://127.0.0.1:PORT"
+    python heartbeat_thread.py http://127.0.0.1:PORT my-api-key [--beats 3]
 
-    leasebeat serve --port 7878 &        # from the leasebeat CLI
-    pip install httpx leasebeat
-    python heartbeat_thread.py http://127.0.0.1:7878 my-api-key
-
-Every rule (when to beat, when to retry with the same key, when to stop) is the
-core's: this loop only sends what poll_action() asks for, at the time it asks,
-and reports what happened.
+The runner (``leasebeat.run``) creates the reservation, beats when the core
+says, retries with the same key when it says, reports every decision and
+jeopardy to the listener, and on ``stop(release=True)`` releases the
+reservation so it never lapses on the server. CI runs this file against
+``leasebeat serve`` (py/tests/test_examples.py).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import sys
+import argparse
 import threading
-import time
-from collections.abc import Callable
-
-import httpx
 
 import leasebeat
-
-log = logging.getLogger("heartbeat")
-
-
-def run_heartbeat(
-    client: httpx.Client,
-    base_url: str,
-    api_key: str,
-    hb: leasebeat.Heartbeat,
-    stop: threading.Event,
-    on_decision: Callable[[leasebeat.Decision], None],
-) -> leasebeat.StopReason:
-    """Drives ``hb`` until it stops (or ``stop`` is set); returns the stop reason."""
-    # The enforced per-attempt timeout must match the configured budget.
-    timeout = None if hb.request_timeout_ms is None else hb.request_timeout_ms / 1000
-    while True:
-        action = hb.poll_action()
-        if action.is_stop:
-            assert action.reason is not None
-            return action.reason
-        assert action.attempt is not None and action.attempt_id is not None
-        if action.due_ns is None:  # due at +infinity: nothing will ever be sent
-            stop.wait()
-        else:
-            delay_s = max(0, action.due_ns - time.monotonic_ns()) / 1e9
-            stop.wait(delay_s)  # fire on time (a real driver fires slightly early)
-        if stop.is_set():
-            decision = hb.cancel(time.monotonic_ns())
-            on_decision(decision)
-            assert decision.reason is not None
-            return decision.reason
-
-        if action.kind is leasebeat.AttemptKind.CREATE:
-            url = f"{base_url}/v1/reservations"
-        else:
-            url = f"{base_url}/v1/reservations/{hb.reservation_id}/extend"
-        headers = {
-            "Content-Type": "application/json",
-            "X-Cycles-API-Key": api_key,
-            "X-Idempotency-Key": action.attempt.key,  # equal to the body's key
-        }
-        hb.handle_sent(action.attempt_id, time.monotonic_ns())
-        try:
-            r = client.post(url, content=action.attempt.body, headers=headers, timeout=timeout)
-            body = r.read()
-            decision = hb.handle_response(
-                action.attempt_id,
-                time.monotonic_ns(),  # after the complete body arrived
-                r.status_code,
-                r.headers.multi_items(),  # every header, repeated ones repeated
-                body,
-            )
-        except httpx.TimeoutException:
-            decision = hb.handle_failure(action.attempt_id, time.monotonic_ns(), "timeout")
-        except httpx.ConnectError:
-            decision = hb.handle_failure(action.attempt_id, time.monotonic_ns(), "connect")
-        except httpx.TransportError:
-            decision = hb.handle_failure(action.attempt_id, time.monotonic_ns(), "reset")
-        on_decision(decision)
+from leasebeat.transports import UrllibTransport
 
 
-def report(decision: leasebeat.Decision) -> None:
-    """Every decision is observable, with the reservation id and its numbers (HB-44)."""
-    event = {"reservation_id": decision.reservation_id, **decision.to_json()}
-    if decision.is_stop:
-        log.warning("heartbeat stopped: %s", json.dumps(event))
-    else:
-        log.info("heartbeat: %s", json.dumps(event))
+class PrintListener(leasebeat.Listener):
+    def __init__(self, beats: int) -> None:
+        self.beats = beats
+        self.extended = 0
+        self.enough = threading.Event()
+
+    def on_decision(self, decision: leasebeat.Decision) -> None:
+        print(decision.reservation_id, decision.to_json_str(), flush=True)
+        if decision.outcome is leasebeat.OutcomeClass.SUCCESS:
+            self.extended += 1
+            if self.extended > self.beats:  # the create, then `beats` extensions
+                self.enough.set()
+
+    def on_jeopardy(self, event: leasebeat.Jeopardy) -> None:
+        print("lease_in_jeopardy", event, flush=True)
+
+    def on_stop(self, decision: leasebeat.Decision) -> None:
+        print("stopped:", decision.reason, flush=True)
+        self.enough.set()
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    base_url, api_key = sys.argv[1], sys.argv[2]
+    p = argparse.ArgumentParser()
+    p.add_argument("base_url")
+    p.add_argument("api_key")
+    p.add_argument("--beats", type=int, default=3)
+    p.add_argument("--ttl-ms", type=int, default=4000)
+    args = p.parse_args()
     hb = leasebeat.Heartbeat(
-        ttl_ms=60000,
-        request_timeout_ms=10000,
+        args.ttl_ms,
+        1000,  # request_timeout_ms: the runner enforces it for the whole attempt
         create_request={
             "subject": {"tenant": "acme"},
             "action": {"kind": "llm.completion", "name": "example"},
-            "estimate": {"unit": "USD_MICROCENTS", "amount": 1000},
+            "estimate": {"unit": "TOKENS", "amount": 100},
         },
     )
-    stop = threading.Event()
-    result: list[leasebeat.StopReason] = []
-    with httpx.Client() as client:
-        t = threading.Thread(
-            target=lambda: result.append(run_heartbeat(client, base_url, api_key, hb, stop, report)),
-            name="leasebeat-heartbeat",
-            daemon=True,
-        )
-        t.start()
-        try:
-            time.sleep(120)  # the long-running work the reservation protects
-        finally:
-            stop.set()
-            t.join()
-    print("stopped:", result[0].value if result else "?")
+    listener = PrintListener(args.beats)
+    runner = leasebeat.run(hb, UrllibTransport(args.base_url, args.api_key), listener=listener)
+    listener.enough.wait()  # ... the long work happens here ...
+    runner.stop(commit={"unit": "TOKENS", "amount": 42})  # or release=True
+    final = runner.join()
+    print("final:", final, flush=True)
 
 
 if __name__ == "__main__":

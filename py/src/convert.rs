@@ -107,8 +107,10 @@ pub fn to_bytes(v: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
     )))
 }
 
-/// Response headers: `None`, a mapping (name -> value, or name -> list of
-/// values for repeated headers) or an iterable of `(name, value)` pairs.
+/// Response headers: `None`, an object with `multi_items()` (httpx.Headers),
+/// a mapping (name -> value, or name -> list of values for repeated headers),
+/// an object with `items()` (http.client.HTTPMessage, multidict) or an
+/// iterable of `(name, value)` pairs.
 /// Names and values are `str` (UTF-8) or bytes.
 pub fn to_headers(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut out = Vec::new();
@@ -121,12 +123,35 @@ pub fn to_headers(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(Vec<u8>, Vec<u8
             "headers must be a mapping or an iterable of (name, value) pairs, not a string",
         ));
     }
-    let pairs = if v.is_instance_of::<PyDict>() || v.cast::<PyMapping>().is_ok() {
+    let multi = if v.is_instance_of::<PyDict>() {
+        None
+    } else {
+        v.getattr("multi_items").ok().filter(|m| m.is_callable())
+    };
+    let pairs = if let Some(multi) = multi {
+        // httpx.Headers (and look-alikes): every header, repeated ones
+        // repeated (``items()`` would join them with ", ").
+        let items = multi.call0()?;
+        let iter = items.try_iter().map_err(|_| {
+            type_error("headers.multi_items() must return an iterable of (name, value) pairs")
+        })?;
+        let mut pairs = Vec::new();
+        for item in iter {
+            let item = item?;
+            pairs.push(pair_of(&item)?);
+        }
+        pairs
+    } else if v.is_instance_of::<PyDict>()
+        || v.cast::<PyMapping>().is_ok()
+        || v.getattr("items").is_ok_and(|m| m.is_callable())
+    {
+        // A mapping, or a header container with ``items()`` yielding every
+        // (name, value) pair (http.client.HTTPMessage, multidict, ...).
         let items = v.call_method0("items")?;
         let mut pairs = Vec::new();
         for item in items.try_iter()? {
             let item = item?;
-            let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            let (name, value) = pair_of(&item)?;
             if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
                 for one in value.try_iter()? {
                     pairs.push((name.clone(), one?));
@@ -146,13 +171,7 @@ pub fn to_headers(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(Vec<u8>, Vec<u8
         let mut pairs = Vec::new();
         for item in iter {
             let item = item?;
-            let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
-                type_error(format!(
-                    "each header must be a (name, value) pair, not {}",
-                    type_name(&item)
-                ))
-            })?;
-            pairs.push(pair);
+            pairs.push(pair_of(&item)?);
         }
         pairs
     };
@@ -163,6 +182,15 @@ pub fn to_headers(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(Vec<u8>, Vec<u8
         ));
     }
     Ok(out)
+}
+
+fn pair_of<'py>(item: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    item.extract().map_err(|_| {
+        type_error(format!(
+            "each header must be a (name, value) pair, not {}",
+            type_name(item)
+        ))
+    })
 }
 
 const MAX_DEPTH: usize = 64;

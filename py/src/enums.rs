@@ -145,6 +145,9 @@ fn build(py: Python<'_>) -> PyResult<Vec<Py<PyType>>> {
         kwargs.set_item("type", &str_type)?;
         let cls = enum_cls.call((name, members), Some(&kwargs))?;
         cls.setattr("__doc__", doc)?;
+        // str(member) and f"{member}" give the stable string, as StrEnum does.
+        cls.setattr("__str__", str_type.getattr("__str__")?)?;
+        cls.setattr("__format__", str_type.getattr("__format__")?)?;
         out.push(cls.cast_into::<PyType>().map_err(PyErr::from)?.unbind());
     }
     Ok(out)

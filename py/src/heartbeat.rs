@@ -9,7 +9,8 @@
 use std::sync::Mutex;
 
 use leasebeat::{
-    Action, Config, DEFAULT_TTL_MS, Error, Heartbeat, Response, SequentialKeys, TransportFailure,
+    Action, AdoptedCreate, Config, CreateOutcome, DEFAULT_TTL_MS, Error, Heartbeat, Response,
+    SequentialKeys, TransportFailure,
 };
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -103,6 +104,23 @@ fn key_prefix_from(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
     }
 }
 
+/// The configuration shared by `Heartbeat(...)` and `Heartbeat.adopt_create(...)`.
+fn config_from(
+    ttl_ms: TtlMs,
+    request_timeout_ms: Option<&Bound<'_, PyAny>>,
+    create_request: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Config> {
+    let timeout = timeout_from(request_timeout_ms)?;
+    let mut config = Config::new(ttl_ms.0, timeout);
+    if let Some(cr) = create_request.filter(|c| !c.is_none()) {
+        let d = cr
+            .cast::<PyDict>()
+            .map_err(|_| type_error("create_request must be a dict or None"))?;
+        config.create_request = to_json_object(d, "create_request", 1)?;
+    }
+    Ok(config)
+}
+
 fn failure_from(v: &Bound<'_, PyAny>) -> PyResult<TransportFailure> {
     let s = v.cast::<PyString>().map_err(|_| {
         type_error(
@@ -140,14 +158,7 @@ impl PyHeartbeat {
         create_request: Option<&Bound<'_, PyAny>>,
         key_prefix: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let timeout = timeout_from(request_timeout_ms)?;
-        let mut config = Config::new(ttl_ms.0, timeout);
-        if let Some(cr) = create_request.filter(|c| !c.is_none()) {
-            let d = cr
-                .cast::<PyDict>()
-                .map_err(|_| type_error("create_request must be a dict or None"))?;
-            config.create_request = to_json_object(d, "create_request", 1)?;
-        }
+        let config = config_from(ttl_ms, request_timeout_ms, create_request)?;
         let hb = match key_prefix_from(key_prefix)? {
             Some(p) => Heartbeat::with_key_source(config, Box::new(SequentialKeys::new(p))),
             None => Heartbeat::new(config),
@@ -205,6 +216,121 @@ impl PyHeartbeat {
         Ok(PyHeartbeat {
             inner: Mutex::new(hb),
         })
+    }
+
+    /// Takes over a lease whose create you performed yourself (an SDK's own
+    /// HTTP client), with no extra extension: the create's outcome is
+    /// classified exactly as if this heartbeat had sent it (HB-15). Returns
+    /// ``(heartbeat, first_decision)``.
+    ///
+    /// ``ttl_ms``, ``request_timeout_ms``, ``create_request`` and
+    /// ``key_prefix`` are as for ``Heartbeat(...)``. ``key`` is the
+    /// idempotency key your create used (1..=256 characters); it counts as
+    /// key 1 and the create as attempt 1. ``received_ns`` is when its outcome
+    /// was observed (after the complete body) and ``sent_ns`` when it was
+    /// sent, both ``time.monotonic_ns()`` readings (the clock of every later
+    /// call); ``sent_ns=None`` means the round trip is unknown (HB-12: the
+    /// first beat is then immediate). Give the outcome as exactly one of:
+    ///
+    /// * ``status`` (with ``headers`` and ``body``, in the forms
+    ///   ``handle_response`` takes: a mapping of any case, an
+    ///   ``httpx.Headers``-like object, pairs; bytes, str, memoryview...), or
+    /// * ``failure`` (a TransportFailure or "timeout", "connect", "reset").
+    ///
+    /// ``request_body`` is the exact create body you sent (bytes or str; a
+    /// JSON object whose ``idempotency_key``, if any, is ``key``): a same-key
+    /// create retry resends it byte for byte. Without it a retry sends the
+    /// body this heartbeat would have built from ``create_request``.
+    ///
+    /// Raises TypeError (a wrong type, or not exactly one of ``status`` and
+    /// ``failure``), InvalidConfig, InvalidKey (``key`` empty or too long),
+    /// InvalidArgument (a status outside 100..=999, ``sent_ns`` after
+    /// ``received_ns``, a ``request_body`` that is not a JSON object with
+    /// this key).
+    #[classmethod]
+    #[pyo3(signature = (ttl_ms = TtlMs(DEFAULT_TTL_MS), request_timeout_ms = None, *, key, received_ns, sent_ns = None, status = None, headers = None, body = None, failure = None, request_body = None, create_request = None, key_prefix = None))]
+    #[pyo3(
+        text_signature = "(ttl_ms=60000, request_timeout_ms=None, *, key, received_ns, sent_ns=None, status=None, headers=None, body=None, failure=None, request_body=None, create_request=None, key_prefix=None)"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    fn adopt_create<'py>(
+        _cls: &Bound<'py, PyType>,
+        py: Python<'py>,
+        ttl_ms: TtlMs,
+        request_timeout_ms: Option<&Bound<'py, PyAny>>,
+        key: &Bound<'py, PyAny>,
+        received_ns: &Bound<'py, PyAny>,
+        sent_ns: Option<&Bound<'py, PyAny>>,
+        status: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
+        body: Option<&Bound<'py, PyAny>>,
+        failure: Option<&Bound<'py, PyAny>>,
+        request_body: Option<&Bound<'py, PyAny>>,
+        create_request: Option<&Bound<'py, PyAny>>,
+        key_prefix: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(PyHeartbeat, PyDecision)> {
+        let config = config_from(ttl_ms, request_timeout_ms, create_request)?;
+        let key = key
+            .cast::<PyString>()
+            .map_err(|_| type_error("key must be a str"))?
+            .to_str()?
+            .to_owned();
+        let received_ns = to_u64(received_ns, "received_ns")?;
+        let sent_ns = sent_ns
+            .filter(|s| !s.is_none())
+            .map(|s| to_u64(s, "sent_ns"))
+            .transpose()?;
+        let status = status.filter(|s| !s.is_none());
+        let failure = failure.filter(|f| !f.is_none());
+        let outcome = match (status, failure) {
+            (Some(status), None) => {
+                let mut response = Response::new(to_u16_status(status)?);
+                response.headers = to_headers(headers)?;
+                if let Some(b) = body.filter(|b| !b.is_none()) {
+                    response.body = to_bytes(b, "body")?;
+                }
+                CreateOutcome::Response(response)
+            }
+            (None, Some(f)) => {
+                if headers.is_some_and(|h| !h.is_none()) || body.is_some_and(|b| !b.is_none()) {
+                    return Err(type_error(
+                        "headers and body belong to a response: give them with status, not with failure",
+                    ));
+                }
+                CreateOutcome::Failure(failure_from(f)?)
+            }
+            _ => {
+                return Err(type_error(
+                    "give exactly one of status (a response) and failure (no response)",
+                ));
+            }
+        };
+        let request_body = request_body
+            .filter(|b| !b.is_none())
+            .map(|b| to_bytes(b, "request_body"))
+            .transpose()?;
+        let create = AdoptedCreate {
+            key,
+            body: request_body,
+            sent_ns,
+            received_ns,
+            outcome,
+        };
+        let (hb, d) = match key_prefix_from(key_prefix)? {
+            Some(p) => Heartbeat::adopt_create_with_key_source(
+                config,
+                create,
+                Box::new(SequentialKeys::new(p)),
+            ),
+            None => Heartbeat::adopt_create(config, create),
+        }
+        .map_err(|e| core_error(py, e))?;
+        Ok((
+            PyHeartbeat {
+                inner: Mutex::new(hb),
+            },
+            PyDecision { inner: d },
+        ))
     }
 
     /// What the caller must do now: an Action (send an attempt, await its

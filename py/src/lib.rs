@@ -229,6 +229,7 @@ fn _leasebeat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MIN_TTL_MS", leasebeat::MIN_TTL_MS)?;
     m.add("MAX_TTL_MS", leasebeat::MAX_TTL_MS)?;
     m.add("MAX_KEY_CHARS", leasebeat::MAX_KEY_CHARS)?;
+    m.add("INFINITE_NS", u64::MAX)?;
     enums::register(m)?;
     errors::register(m)?;
     m.add_class::<heartbeat::PyHeartbeat>()?;

@@ -257,6 +257,31 @@ impl PyDecision {
         self.inner.detail.clone()
     }
 
+    /// D-15: until when the lease is proven alive, in caller nanoseconds (the
+    /// clock of ``at_ns``): the receipt of the last primary-path success plus
+    /// its lead floor. ``None`` when nothing is proven (before the first
+    /// success, and on the fallback path). +infinity (the sum overflowed) is
+    /// ``leasebeat.INFINITE_NS`` (``2**64 - 1``, an int no monotonic clock
+    /// reaches), so ``now_ns >= proven_until_ns`` is a correct jeopardy test.
+    #[getter]
+    fn proven_until_ns(&self) -> Option<u64> {
+        self.inner.proven_until_ns
+    }
+
+    /// The deciding success's ``expires_at_ms`` (server clock, ms since the
+    /// epoch), when this decision answers a success that carried it; else None.
+    #[getter]
+    fn expires_at_ms(&self) -> Option<u64> {
+        self.inner.expires_at_ms
+    }
+
+    /// The deciding success's ``remaining_ttl_ms``, when this decision answers
+    /// a success that carried it; else None.
+    #[getter]
+    fn remaining_ttl_ms(&self) -> Option<u64> {
+        self.inner.remaining_ttl_ms
+    }
+
     /// True when this decision stops the heartbeat.
     #[getter]
     fn is_stop(&self) -> bool {
@@ -266,7 +291,9 @@ impl PyDecision {
     /// The emitted-decision object of the scenario format as a new dict:
     /// ``next``, ``at`` (ms: int, float with up to 6 decimals, or "inf"),
     /// ``key``, ``key_index``, ``reason``, ``mode``, ``numbers`` (ints, "inf",
-    /// "-inf") and ``warnings``. Exactly the core's ``Decision::to_json``.
+    /// "-inf") and ``warnings``, and where they apply ``proven_until`` (ms, or
+    /// "inf"), ``expires_at_ms`` and ``remaining_ttl_ms``. Exactly the core's
+    /// emitted-decision object.
     fn to_json<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         from_json_object(py, &self.inner.to_json())
     }
@@ -317,6 +344,15 @@ impl PyDecision {
             "numbers={}",
             PyNumbers { inner: d.numbers }.__repr__()
         ));
+        if let Some(p) = d.proven_until_ns {
+            parts.push(format!("proven_until_ns={p}"));
+        }
+        if let Some(e) = d.expires_at_ms {
+            parts.push(format!("expires_at_ms={e}"));
+        }
+        if let Some(r) = d.remaining_ttl_ms {
+            parts.push(format!("remaining_ttl_ms={r}"));
+        }
         if let Some(detail) = &d.detail {
             parts.push(format!("detail={}", py_str(detail)));
         }

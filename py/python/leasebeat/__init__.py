@@ -27,6 +27,12 @@ Quick start::
                                       status, headers, body)
         log(decision.to_json())                  # every decision is observable
 
+The ready loop: ``runner = leasebeat.run(hb, leasebeat.transports.UrllibTransport(url,
+api_key), listener=...)`` runs the lease on a daemon thread (``runner.stop()``,
+``runner.join()``, ``runner.result``); ``await leasebeat.aio.run(...)`` is the
+asyncio coroutine. They wait, send, enforce each attempt's whole deadline,
+report decisions and ``lease_in_jeopardy`` and hold no rule.
+
 A reservation created elsewhere starts with an immediate extension instead
 of a create: ``leasebeat.Heartbeat.for_reservation("rsv-9", ttl_ms=60000,
 request_timeout_ms=10000)``; the loop is the same.
@@ -56,6 +62,7 @@ from __future__ import annotations
 from . import _leasebeat as _leasebeat
 from ._leasebeat import (
     DEFAULT_TTL_MS,
+    INFINITE_NS,
     MAX_KEY_CHARS,
     MAX_TTL_MS,
     MIN_TTL_MS,
@@ -99,6 +106,18 @@ from ._leasebeat import (
     safety_margin,
 )
 
+from . import aio, transports
+from ._runner import (
+    HttpResponse,
+    Jeopardy,
+    Listener,
+    Request,
+    Runner,
+    Transport,
+    TransportError,
+    run,
+)
+
 #: Every LeaseError subclass by its stable ``code``.
 ERRORS_BY_CODE: dict[str, type[LeaseError]] = {
     cls.code: cls
@@ -115,8 +134,19 @@ ERRORS_BY_CODE: dict[str, type[LeaseError]] = {
 }
 
 __all__ = [
+    "transports",
+    "run",
+    "aio",
+    "TransportError",
+    "Transport",
+    "Runner",
+    "Request",
+    "Listener",
+    "Jeopardy",
+    "HttpResponse",
     "DEFAULT_TTL_MS",
     "ERRORS_BY_CODE",
+    "INFINITE_NS",
     "MAX_KEY_CHARS",
     "MAX_TTL_MS",
     "MIN_TTL_MS",

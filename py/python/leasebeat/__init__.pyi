@@ -3,6 +3,7 @@
 from . import _leasebeat as _leasebeat
 from ._leasebeat import (
     DEFAULT_TTL_MS as DEFAULT_TTL_MS,
+    INFINITE_NS as INFINITE_NS,
     MAX_KEY_CHARS as MAX_KEY_CHARS,
     MAX_TTL_MS as MAX_TTL_MS,
     MIN_TTL_MS as MIN_TTL_MS,
@@ -46,10 +47,33 @@ from ._leasebeat import (
     TransportFailure as TransportFailure,
 )
 
+from . import aio as aio, transports as transports
+from ._runner import (
+    HttpResponse as HttpResponse,
+    Jeopardy as Jeopardy,
+    Listener as Listener,
+    Request as Request,
+    Runner as Runner,
+    Transport as Transport,
+    TransportError as TransportError,
+    run as run,
+)
+
 ERRORS_BY_CODE: dict[str, type[LeaseError]]
 __all__ = [
+    "transports",
+    "run",
+    "aio",
+    "TransportError",
+    "Transport",
+    "Runner",
+    "Request",
+    "Listener",
+    "Jeopardy",
+    "HttpResponse",
     "DEFAULT_TTL_MS",
     "ERRORS_BY_CODE",
+    "INFINITE_NS",
     "MAX_KEY_CHARS",
     "MAX_TTL_MS",
     "MIN_TTL_MS",

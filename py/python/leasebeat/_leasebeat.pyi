@@ -2,7 +2,7 @@
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Final, final
+from typing import Any, ClassVar, Final, Protocol, final
 
 from typing_extensions import Self
 
@@ -12,6 +12,7 @@ __all__ = [
     "MIN_TTL_MS",
     "MAX_TTL_MS",
     "MAX_KEY_CHARS",
+    "INFINITE_NS",
     "StopReason",
     "Mode",
     "KeyUse",
@@ -56,15 +57,30 @@ DEFAULT_TTL_MS: Final[int]
 MIN_TTL_MS: Final[int]
 MAX_TTL_MS: Final[int]
 MAX_KEY_CHARS: Final[int]
+INFINITE_NS: Final[int]
 
 # A millisecond quantity: an int, or float('inf') / float('-inf').
 _Ms = int | float
 _Bytes = bytes | bytearray | memoryview | str
 _HeaderValue = str | bytes | Sequence[str | bytes]
+_HeaderPairs = Iterable[tuple[str | bytes, str | bytes]]
+
+class _MultiItemsHeaders(Protocol):
+    """httpx.Headers and look-alikes: every header, repeated ones repeated."""
+
+    def multi_items(self) -> _HeaderPairs: ...
+
+class _ItemsHeaders(Protocol):
+    """http.client.HTTPMessage, multidict and other containers with items()."""
+
+    def items(self) -> _HeaderPairs: ...
+
 _Headers = (
     Mapping[str, _HeaderValue]
     | Mapping[bytes, _HeaderValue]
-    | Iterable[tuple[str | bytes, str | bytes]]
+    | _MultiItemsHeaders
+    | _ItemsHeaders
+    | _HeaderPairs
 )
 
 class StopReason(str, enum.Enum):
@@ -260,6 +276,12 @@ class Decision:
     def detail(self) -> str | None: ...
     @property
     def is_stop(self) -> bool: ...
+    @property
+    def proven_until_ns(self) -> int | None: ...
+    @property
+    def expires_at_ms(self) -> int | None: ...
+    @property
+    def remaining_ttl_ms(self) -> int | None: ...
     def to_json(self) -> dict[str, Any]: ...
     def to_json_str(self) -> str: ...
     def __eq__(self, other: object, /) -> bool: ...
@@ -342,6 +364,23 @@ class Heartbeat:
         *,
         key_prefix: str | None = None,
     ) -> Heartbeat: ...
+    @classmethod
+    def adopt_create(
+        cls,
+        ttl_ms: int = 60000,
+        request_timeout_ms: int | None = None,
+        *,
+        key: str,
+        received_ns: int,
+        sent_ns: int | None = None,
+        status: int | None = None,
+        headers: _Headers | None = None,
+        body: _Bytes | None = None,
+        failure: TransportFailure | str | None = None,
+        request_body: _Bytes | None = None,
+        create_request: Mapping[str, Any] | None = None,
+        key_prefix: str | None = None,
+    ) -> tuple[Heartbeat, Decision]: ...
     def poll_action(self) -> Action: ...
     def poll_timeout(self) -> int | None: ...
     def handle_sent(self, attempt_id: int, now_ns: int) -> None: ...
