@@ -82,7 +82,10 @@ impl Run<'_, '_> {
     /// the way, then checks the lease.
     fn advance(&mut self, s: &dyn Strategy, target: u64) -> Step {
         let target = target.max(self.t);
-        let fire = |c: u64| self.h.fire_at(self.h.clock.true_at(c)).max(self.t);
+        // Deadline checks are not beats: a late-timer fault delays sends,
+        // not these (the contract: jeopardy is reported however overloaded
+        // the runner is); only a pause of the whole client delays them.
+        let fire = |c: u64| self.h.wake(self.h.clock.may_have_reached(c)).max(self.t);
         if self.jeopardy_at.is_none() {
             if let Some(p) = s.proven_until() {
                 let tj = fire(p);
@@ -139,7 +142,10 @@ impl Run<'_, '_> {
             }
             AttemptKind::Extend => {
                 let id = self.id.as_deref().unwrap_or("none");
-                let before = self.server.lease(id).map(|l| (l.expires_at_ms, l.extensions));
+                let before = self
+                    .server
+                    .lease(id)
+                    .map(|l| (l.expires_at_ms, l.extensions));
                 if let Some((exp, _)) = before {
                     // The lead the beat found left on the server.
                     if self.server.lease(id).is_some_and(|l| l.is_live(now_ms)) {

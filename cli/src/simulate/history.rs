@@ -80,7 +80,9 @@ pub enum Clock {
         /// Granularity (ns).
         grain_ns: u64,
     },
-    /// Stands still on `[from_ns, from_ns + len_ns)`, then reads true time again.
+    /// Stands still on `[from_ns, from_ns + len_ns)`, then reads true time
+    /// again (a VM's clock while its host deschedules it: the client runs
+    /// nothing meanwhile, see [`History::wake`]).
     Stall {
         /// Start of the stall (ns).
         from_ns: u64,
@@ -118,6 +120,22 @@ impl Clock {
                 }
             }
         }
+    }
+
+    /// The clock's resolution (ns): a reading `c` means true time in
+    /// `[c, c + resolution)` (what `clock_getres` tells a runner).
+    pub fn resolution(self) -> u64 {
+        match self {
+            Clock::Coarse { grain_ns } => grain_ns,
+            Clock::Exact | Clock::Stall { .. } => 1,
+        }
+    }
+
+    /// The earliest true time at which a runner that knows the resolution
+    /// can no longer rule out that true time reached `c`: the reading is
+    /// above `c - resolution`.
+    pub fn may_have_reached(self, c: u64) -> u64 {
+        self.true_at(c.saturating_sub(self.resolution() - 1))
     }
 
     fn name(self) -> &'static str {
@@ -300,7 +318,7 @@ impl History {
         let clock = match r.random_range(0..100u32) {
             0..70 => Clock::Exact,
             70..85 => {
-                let grains = [4, 10, 16, 100];
+                let grains = [1, 4, 10, 16];
                 Clock::Coarse {
                     grain_ns: grains[r.random_range(0..grains.len())] * MS,
                 }
@@ -359,9 +377,19 @@ impl History {
     }
 
     /// The first instant at or after `t` at which the client runs.
+    ///
+    /// A stalled clock stands still because the client's machine is not
+    /// running it (a VM descheduled by its host): the client runs nothing
+    /// until the clock catches up, like after a pause.
     pub fn wake(&self, t: u64) -> u64 {
-        match self.pause {
+        let t = match self.pause {
             Some((from, len)) if t >= from && t < from.saturating_add(len) => from + len,
+            _ => t,
+        };
+        match self.clock {
+            Clock::Stall { from_ns, len_ns } if t >= from_ns && t < from_ns + len_ns => {
+                from_ns + len_ns
+            }
             _ => t,
         }
     }

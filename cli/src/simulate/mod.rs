@@ -385,7 +385,10 @@ impl Summary {
         }
         let errors: u64 = self.tallies.iter().map(|t| t.core_errors).sum();
         if errors > 0 {
-            writeln!(w, "\nWARNING: the core refused {errors} inputs (a simulator bug)")?;
+            writeln!(
+                w,
+                "\nWARNING: the core refused {errors} inputs (a simulator bug)"
+            )?;
         }
         // Where each strategy lapses.
         writeln!(w, "\nunreported lapses by history kind")?;

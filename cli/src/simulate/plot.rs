@@ -38,16 +38,20 @@ fn draw_inner(s: &Summary, path: &Path) -> Result<(), Box<dyn std::error::Error>
         .iter()
         .zip(&s.tallies)
         .zip(COLORS)
-        .map(|((k, t), c)| (t.extensions_per_hour(), per(t.unreported_lapses), k.name(), c))
+        .map(|((k, t), c)| {
+            (
+                t.extensions_per_hour(),
+                per(t.unreported_lapses),
+                k.name(),
+                c,
+            )
+        })
         .collect();
     let xmax = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 1.3;
     let xmin = pts.iter().map(|p| p.0).fold(f64::MAX, f64::min).max(0.1) / 1.5;
     let ymax = pts.iter().map(|p| p.1).fold(1.0, f64::max) * 1.15;
     let mut chart = ChartBuilder::on(&left)
-        .caption(
-            "cost and risk (lower left is better)",
-            ("sans-serif", 16),
-        )
+        .caption("cost and risk (lower left is better)", ("sans-serif", 16))
         .margin(14)
         .x_label_area_size(44)
         .y_label_area_size(64)

@@ -10,8 +10,8 @@
 //! and raw responses, and say what to send when.
 
 use leasebeat::{
-    Action, AttemptKind, Config, Decision, Heartbeat, Mode, OutcomeClass, Response,
-    SequentialKeys, StopReason, TransportFailure, schema,
+    Action, AttemptKind, Config, Decision, Heartbeat, Mode, OutcomeClass, Response, SequentialKeys,
+    StopReason, TransportFailure, schema,
 };
 use serde_json::{Map, Value, json};
 
@@ -60,7 +60,9 @@ impl Kind {
     /// One line on what it does.
     pub fn about(self) -> &'static str {
         match self {
-            Kind::Leasebeat => "the core, unchanged: lead-driven beats, same-key recovery, jeopardy",
+            Kind::Leasebeat => {
+                "the core, unchanged: lead-driven beats, same-key recovery, jeopardy"
+            }
             Kind::Historical => {
                 "every max(ttl/2, 1 s), extend by ttl, a fresh key every beat, never stops"
             }
@@ -181,7 +183,10 @@ fn extend_body(key: &str, ttl_ms: u64) -> Vec<u8> {
 
 /// How the non-core strategies read an extend outcome.
 enum Read {
-    Success { expires_at: u64, remaining: Option<u64> },
+    Success {
+        expires_at: u64,
+        remaining: Option<u64>,
+    },
     Transient,
     Throttled(Option<u64>),
     Permanent(&'static str),
@@ -293,11 +298,14 @@ impl Core {
             }
         };
         if d.outcome == OutcomeClass::Success {
+            // D-15: a primary success proves the lease alive until its
+            // receipt plus its lead floor. A fallback success proves
+            // nothing: the lease is past any proven lead at once (0).
             self.proven = match (d.mode, d.numbers.lead_floor.and_then(|n| n.finite())) {
                 (Some(Mode::Primary), Some(l)) => {
                     Some(now.saturating_add((l as u64).saturating_mul(MS)))
                 }
-                _ => None,
+                _ => Some(0),
             };
         }
         if let Some(m) = d.numbers.safety_margin.and_then(|n| n.finite()) {
