@@ -115,8 +115,19 @@ enum Command {
     /// scenarios (policies and faults), their timelines and a summary.
     ///
     /// Exit status 0 when every scenario ended as expected and no lease
-    /// lapsed without its client being told to stop; 1 otherwise.
-    Demo,
+    /// lapsed without its client being told to stop; 1 otherwise. When every
+    /// scenario runs, it ends with a short `leasebeat simulate` comparison
+    /// (10,000 histories).
+    Demo {
+        /// Run only this scenario (repeatable); `leasebeat demo --scenario
+        /// x` lists the names.
+        #[arg(long, value_name = "NAME")]
+        scenario: Vec<String>,
+        /// Print only the summary (no legend, no timelines, no progress on
+        /// stderr).
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Compare heartbeat strategies on seeded virtual-time histories.
     ///
     /// Every strategy (the core `leasebeat`, the historical SDK schedule,
@@ -142,11 +153,23 @@ enum Command {
         /// Also draw the comparison to this SVG file.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
+        /// Instead of a run, print history INDEX of the seed and every
+        /// event of each strategy's run on it.
+        #[arg(long, value_name = "INDEX", conflicts_with_all = ["json", "plot", "sequences"])]
+        explain: Option<u64>,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Diagnostics (the driver's, ureq's) on stderr, filtered by RUST_LOG
+    // (default: warnings and errors).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     match cli.command {
         Command::Replay { emit, files } => replay::run(&files, emit),
         Command::Serve {
@@ -223,14 +246,30 @@ fn main() -> ExitCode {
                 release: !no_release,
             })
         }
-        Command::Demo => demo::run(),
+        Command::Demo { scenario, quiet } => demo::run(&demo::DemoOptions {
+            scenarios: scenario,
+            quiet,
+        }),
         Command::Simulate {
             sequences,
             seed,
             threads,
             json,
             plot,
-        } => simulate_command(sequences, seed, threads, json, plot),
+            explain,
+        } => match explain {
+            Some(index) => {
+                let mut out = std::io::stdout().lock();
+                match simulate::explain(seed, index, &mut out) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("leasebeat simulate: cannot write the output: {e}");
+                        ExitCode::from(2)
+                    }
+                }
+            }
+            None => simulate_command(sequences, seed, threads, json, plot),
+        },
     }
 }
 

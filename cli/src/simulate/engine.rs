@@ -64,11 +64,19 @@ pub struct RunResult {
 struct Run<'h, 'l> {
     h: &'h History,
     lead: &'l mut dyn FnMut(u64),
+    trace: Option<&'l mut Vec<String>>,
     server: SimServer,
     id: Option<String>,
     t: u64,
     end: u64,
     jeopardy_at: Option<u64>,
+    /// The instant at which the client observes the outstanding attempt's
+    /// outcome, while [`Run::advance`] moves time there.
+    observing_at: Option<u64>,
+    /// A lapse that fell while the client was not running and whose report
+    /// is judged after the client's first act on waking: observing that
+    /// outcome (ns of the lapse, server expiry ms).
+    lapse_on_waking: Option<(u64, u64)>,
     res: RunResult,
 }
 
@@ -77,7 +85,15 @@ enum Step {
     Over,
 }
 
+/// Adds a line to the trace, if one is kept (`--explain`).
+fn note(trace: &mut Option<&mut Vec<String>>, t: u64, line: impl FnOnce() -> String) {
+    if let Some(tr) = trace.as_deref_mut() {
+        tr.push(format!("{:>12.3}  {}", t as f64 / 1e9, line()));
+    }
+}
+
 impl Run<'_, '_> {
+
     /// Moves time to `target`: fires the jeopardy and give-up timers due on
     /// the way, then checks the lease.
     fn advance(&mut self, s: &dyn Strategy, target: u64) -> Step {
@@ -92,12 +108,15 @@ impl Run<'_, '_> {
                 if tj <= target {
                     self.jeopardy_at = Some(tj);
                     self.res.jeopardy += 1;
+                    note(&mut self.trace, tj, || {
+                        format!("jeopardy: the client's clock may have reached proven_until {p} ns")
+                    });
                 }
             }
         }
         let give_up = s.deadline().map(fire).filter(|&td| td <= target);
         // The lease, as the server sees it.
-        if self.res.lapse.is_none() {
+        if self.res.lapse.is_none() && self.lapse_on_waking.is_none() {
             if let Some(l) = self.id.as_deref().and_then(|id| self.server.lease(id)) {
                 let dead = (l.expires_at_ms + 1) * MS;
                 let upto = give_up.unwrap_or(target);
@@ -105,9 +124,29 @@ impl Run<'_, '_> {
                     let wake = self.h.wake(dead);
                     let reported = self.jeopardy_at.is_some_and(|j| j <= wake)
                         || give_up.is_some_and(|g| g <= wake);
+                    if !reported && wake > dead && self.observing_at == Some(wake) {
+                        // Paused (or descheduled) over the expiry, and the
+                        // first thing the client does on waking is to
+                        // observe the outstanding attempt's outcome (e.g.
+                        // the create's response, which tells it the lease
+                        // exists): judge the report after that decision.
+                        self.lapse_on_waking = Some((dead, l.expires_at_ms));
+                        self.t = target;
+                        return Step::Go;
+                    }
                     self.res.lapse = Some(Lapse {
                         at_ns: dead,
                         reported,
+                    });
+                    let jeopardy_at = self.jeopardy_at;
+                    note(&mut self.trace, dead, || {
+                        format!(
+                            "LAPSE ({}): server expiry {} ms passed while active; the client runs again at {:.3} s; jeopardy reported at {:?} ns",
+                            if reported { "reported" } else { "UNREPORTED" },
+                            l.expires_at_ms,
+                            wake as f64 / 1e9,
+                            jeopardy_at
+                        )
                     });
                     self.t = dead.max(self.t);
                     return Step::Over;
@@ -117,16 +156,53 @@ impl Run<'_, '_> {
         if let Some(td) = give_up {
             self.t = td;
             self.res.stop = Some("local_expiry");
+            note(&mut self.trace, td, || "gives up by itself: local_expiry".to_owned());
             return Step::Over;
         }
         self.t = target;
         Step::Go
     }
 
+    /// Ends the run with the lapse that fell while the client was not
+    /// running, judged at the instant it runs again, after the decision on
+    /// the outcome it observed then: a stop, or a decision whose proven
+    /// lead the client's clock may already have reached (jeopardy at once,
+    /// D-15), reports it.
+    fn judge_on_waking(&mut self, s: &dyn Strategy, dead: u64, expiry_ms: u64) {
+        let now = self.t;
+        let stopped = matches!(s.next(), Next::Stop(_));
+        if self.jeopardy_at.is_none() {
+            if let Some(p) = s.proven_until() {
+                if self.h.clock.may_have_reached(p) <= now {
+                    self.jeopardy_at = Some(now);
+                    self.res.jeopardy += 1;
+                    note(&mut self.trace, now, || {
+                        format!("jeopardy: the decision's proven_until {p} ns is already reached")
+                    });
+                }
+            }
+        }
+        let reported = stopped || self.jeopardy_at.is_some_and(|j| j <= now);
+        self.res.lapse = Some(Lapse {
+            at_ns: dead,
+            reported,
+        });
+        note(&mut self.trace, dead, || {
+            format!(
+                "LAPSE ({}): server expiry {expiry_ms} ms passed while active and while the client was not running; \
+                 judged on waking at {:.3} s, after its decision",
+                if reported { "reported" } else { "UNREPORTED" },
+                now as f64 / 1e9
+            )
+        });
+        self.t = dead;
+    }
+
     fn cancel(&mut self, s: &dyn Strategy) {
         let at = self.h.wake(self.end);
         if let Step::Go = self.advance(s, at) {
             self.res.stop = Some("cancelled");
+            note(&mut self.trace, at, || "work done: cancelled".to_owned());
         }
     }
 
@@ -137,6 +213,16 @@ impl Run<'_, '_> {
                 let r = self.server.create(now_ms, Some(key), body);
                 if r.status == 200 && self.id.is_none() {
                     self.id = self.server.leases().next().map(|l| l.id.clone());
+                }
+                if self.trace.is_some() {
+                    let exp = self
+                        .id
+                        .as_deref()
+                        .and_then(|id| self.server.lease(id))
+                        .map(|l| l.expires_at_ms);
+                    note(&mut self.trace, at, || {
+                        format!("server: create key {key} -> {} (expiry {exp:?} ms)", r.status)
+                    });
                 }
                 r
             }
@@ -153,6 +239,16 @@ impl Run<'_, '_> {
                     }
                 }
                 let r = self.server.extend(now_ms, id, Some(key), body);
+                if self.trace.is_some() {
+                    let after = self.server.lease(id).map(|l| l.expires_at_ms);
+                    let exp = before.map(|b| b.0);
+                    note(&mut self.trace, at, || {
+                        format!(
+                            "server: extend key {key} -> {} (expiry {exp:?} -> {after:?} ms)",
+                            r.status
+                        )
+                    });
+                }
                 if let Some(l) = self.server.lease(id) {
                     if before.is_some_and(|(_, n)| l.extensions > n) {
                         self.res.extensions += 1;
@@ -178,14 +274,28 @@ impl Run<'_, '_> {
 /// Runs strategy `s` through history `h`. `lead` receives the lead (ms) the
 /// server had left at each extend that found the lease alive.
 pub fn run(h: &History, s: &mut dyn Strategy, lead: &mut dyn FnMut(u64)) -> RunResult {
+    run_traced(h, s, lead, None)
+}
+
+/// [`run`], also writing one line per event (true time in seconds first) to
+/// `trace` when given.
+pub fn run_traced(
+    h: &History,
+    s: &mut dyn Strategy,
+    lead: &mut dyn FnMut(u64),
+    trace: Option<&mut Vec<String>>,
+) -> RunResult {
     let mut run = Run {
         h,
         lead,
+        trace,
         server: SimServer::new(h.policy.clone()),
         id: None,
         t: 0,
         end: h.work_ns,
         jeopardy_at: None,
+        observing_at: None,
+        lapse_on_waking: None,
         res: RunResult::default(),
     };
     run.go(s);
@@ -249,6 +359,9 @@ impl Run<'_, '_> {
             }
             s.sent(c_sent);
             self.res.attempts += 1;
+            note(&mut self.trace, t, || {
+                format!("client: sends {kind:?} key {key} (clock {c_sent} ns, due {due_c} ns)")
+            });
             // The attempt's fate.
             let rtt = (h.rtt_ms + rng.random_range(0..=h.rtt_ms)) * MS;
             let fault = match kind {
@@ -327,18 +440,47 @@ impl Run<'_, '_> {
                     response = Some(r);
                 }
             }
-            if observe >= end {
+            // The work ends before the outcome comes: cancel. When both fall
+            // on the same instant (the client wakes to both), it observes
+            // first; the next turn of the loop cancels.
+            if observe > end {
                 self.cancel(&*s);
                 return;
             }
-            if let Step::Over = self.advance(&*s, observe) {
+            self.observing_at = Some(observe);
+            let step = self.advance(&*s, observe);
+            self.observing_at = None;
+            if let Step::Over = step {
                 return;
             }
             let observed = canned.or(response).expect("an outcome");
             let before = s.proven_until();
+            if self.trace.is_some() {
+                let o = match &observed {
+                    Observed::Response {
+                        status,
+                        retry_after,
+                        body,
+                    } => format!(
+                        "{status}{} {}",
+                        retry_after.map_or(String::new(), |r| format!(" Retry-After {r}")),
+                        String::from_utf8_lossy(body)
+                    ),
+                    Observed::Failure(f) => format!("{f:?}"),
+                };
+                note(&mut self.trace, self.t, || format!("client: observes {o}"));
+            }
             s.outcome(observed, h.clock.read(self.t));
             if s.proven_until() != before {
                 self.jeopardy_at = None;
+            }
+            if self.trace.is_some() {
+                let d = s.explain();
+                note(&mut self.trace, self.t, || format!("client: decides {d}"));
+            }
+            if let Some((dead, expiry_ms)) = self.lapse_on_waking.take() {
+                self.judge_on_waking(&*s, dead, expiry_ms);
+                return;
             }
         }
     }

@@ -382,15 +382,25 @@ impl History {
     /// running it (a VM descheduled by its host): the client runs nothing
     /// until the clock catches up, like after a pause.
     pub fn wake(&self, t: u64) -> u64 {
-        let t = match self.pause {
-            Some((from, len)) if t >= from && t < from.saturating_add(len) => from + len,
-            _ => t,
-        };
-        match self.clock {
-            Clock::Stall { from_ns, len_ns } if t >= from_ns && t < from_ns + len_ns => {
-                from_ns + len_ns
+        // A stall may end inside the pause or the pause inside a stall: the
+        // client runs again only outside both.
+        let mut t = t;
+        loop {
+            let mut n = t;
+            if let Some((from, len)) = self.pause {
+                if n >= from && n < from.saturating_add(len) {
+                    n = from + len;
+                }
             }
-            _ => t,
+            if let Clock::Stall { from_ns, len_ns } = self.clock {
+                if n >= from_ns && n < from_ns.saturating_add(len_ns) {
+                    n = from_ns + len_ns;
+                }
+            }
+            if n == t {
+                return t;
+            }
+            t = n;
         }
     }
 

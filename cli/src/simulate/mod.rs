@@ -22,7 +22,7 @@ pub mod history;
 mod plot;
 pub mod strategy;
 
-pub use engine::{Lapse, RunResult, run};
+pub use engine::{Lapse, RunResult, run, run_traced};
 pub use history::{Clock, Fault, FaultWindow, History, MS};
 pub use strategy::{Kind, Strategy};
 
@@ -58,7 +58,13 @@ pub struct Tally {
     pub by_kind: BTreeMap<&'static str, (u64, u64)>,
     /// Per server regime: (virtual ns, extensions).
     pub by_regime: BTreeMap<&'static str, (u128, u64)>,
+    /// The smallest indices of histories with an unreported lapse (at most
+    /// [`EXAMPLES`]), to look at one with `--explain INDEX`.
+    pub lapse_examples: Vec<u64>,
 }
+
+/// How many history indices with an unreported lapse a tally keeps.
+pub const EXAMPLES: usize = 10;
 
 impl Default for Tally {
     fn default() -> Tally {
@@ -76,6 +82,7 @@ impl Default for Tally {
             leads: Histogram::new_with_bounds(1, 1 << 40, 2).expect("valid bounds"),
             by_kind: BTreeMap::new(),
             by_regime: BTreeMap::new(),
+            lapse_examples: Vec::new(),
         }
     }
 }
@@ -98,6 +105,9 @@ impl Tally {
             }) => {
                 self.unreported_lapses += 1;
                 k.1 += 1;
+                if self.lapse_examples.len() < EXAMPLES {
+                    self.lapse_examples.push(h.index);
+                }
             }
             Some(_) => self.reported_lapses += 1,
             None => {}
@@ -138,6 +148,9 @@ impl Tally {
             e.0 += v.0;
             e.1 += v.1;
         }
+        self.lapse_examples.extend_from_slice(&o.lapse_examples);
+        self.lapse_examples.sort_unstable();
+        self.lapse_examples.truncate(EXAMPLES);
     }
 
     fn hours(&self) -> f64 {
@@ -184,6 +197,25 @@ pub fn run_one(h: &History, kind: Kind) -> (RunResult, Vec<u64>) {
     let mut s = kind.start(h);
     let r = run(h, &mut *s, &mut |v| leads.push(v));
     (r, leads)
+}
+
+/// Writes history `index` of the run seeded with `seed` and, for each
+/// strategy, every event of its run and how it ended (`--explain`).
+pub fn explain(seed: u64, index: u64, w: &mut impl Write) -> std::io::Result<()> {
+    let h = History::generate(seed, index);
+    writeln!(w, "history {index} of seed {seed} ({}):\n{h:#?}", h.kind())?;
+    for kind in Kind::ALL {
+        let mut s = kind.start(&h);
+        let mut trace = Vec::new();
+        let r = run_traced(&h, &mut *s, &mut |_| {}, Some(&mut trace));
+        writeln!(w, "\n== {} ({})", kind.name(), kind.about())?;
+        writeln!(w, "  true time s  event")?;
+        for line in trace {
+            writeln!(w, "{line}")?;
+        }
+        writeln!(w, "result: {r:?}")?;
+    }
+    Ok(())
 }
 
 /// The totals of a run of `sequences` histories from `seed`.
@@ -270,6 +302,9 @@ pub struct StrategyJson {
     pub extensions_per_hour_by_regime: BTreeMap<&'static str, f64>,
     /// Unreported lapses by history kind.
     pub unreported_lapses_by_kind: BTreeMap<&'static str, u64>,
+    /// The smallest indices of histories with an unreported lapse (at most
+    /// ten; `leasebeat simulate --seed S --explain INDEX` replays one).
+    pub unreported_lapse_examples: Vec<u64>,
     /// Inputs the core refused (always 0 unless the simulator is wrong).
     pub core_errors: u64,
     /// Virtual lease-hours covered.
@@ -318,6 +353,7 @@ impl Summary {
                     .map(|(k, (ns, n))| (*k, round2(per_hour(*n, *ns))))
                     .collect(),
                 unreported_lapses_by_kind: t.by_kind.iter().map(|(k, v)| (*k, v.1)).collect(),
+                unreported_lapse_examples: t.lapse_examples.clone(),
                 core_errors: t.core_errors,
                 lease_hours: round2(t.hours()),
             })
@@ -336,7 +372,12 @@ impl Summary {
 
     /// The readable tables.
     pub fn print(&self, w: &mut impl Write) -> std::io::Result<()> {
-        let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+        self.print_table(w)?;
+        self.print_details(w)
+    }
+
+    /// The main table: one row per strategy.
+    pub fn print_table(&self, w: &mut impl Write) -> std::io::Result<()> {
         writeln!(
             w,
             "{} histories, seed {}; every strategy on the same histories\n",
@@ -388,6 +429,21 @@ impl Summary {
             writeln!(
                 w,
                 "\nWARNING: the core refused {errors} inputs (a simulator bug)"
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The tables behind the main one: where each strategy lapses and
+    /// over-spends, and how runs ended.
+    pub fn print_details(&self, w: &mut impl Write) -> std::io::Result<()> {
+        let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+        let core = &self.tallies[0];
+        if !core.lapse_examples.is_empty() {
+            writeln!(
+                w,
+                "\nleasebeat lapsed unreported in histories {:?} (replay one with --explain INDEX)",
+                core.lapse_examples
             )?;
         }
         // Where each strategy lapses.

@@ -10,7 +10,7 @@
 //! and raw responses, and say what to send when.
 
 use leasebeat::{
-    Action, AttemptKind, Config, Decision, Heartbeat, Mode, OutcomeClass, Response, SequentialKeys,
+    Action, AttemptKind, Config, Decision, Heartbeat, OutcomeClass, Response, SequentialKeys,
     StopReason, TransportFailure, schema,
 };
 use serde_json::{Map, Value, json};
@@ -157,6 +157,13 @@ pub trait Strategy {
     fn core_errors(&self) -> u32 {
         0
     }
+    /// What it last decided, for `--explain`.
+    fn explain(&self) -> String {
+        match self.next() {
+            Next::Send { kind, due_ns, .. } => format!("{kind:?} due {due_ns} ns"),
+            Next::Stop(r) => format!("stop {r}"),
+        }
+    }
 }
 
 fn create_request() -> Map<String, Value> {
@@ -270,6 +277,8 @@ impl Keys {
 pub struct Core {
     hb: Heartbeat,
     proven: Option<u64>,
+    created: bool,
+    last: Option<Decision>,
     margin_ns: u64,
     errors: u32,
 }
@@ -283,6 +292,8 @@ impl Core {
         Core {
             hb,
             proven: None,
+            created: false,
+            last: None,
             margin_ns: 1_000 * MS,
             errors: 0,
         }
@@ -297,20 +308,20 @@ impl Core {
                 return;
             }
         };
+        // D-15, from the core: every primary decision after the first
+        // success carries `proven_until_ns`. A lease the core runs on the
+        // fallback path has none (a fallback success proves nothing), so the
+        // runner treats it as past any proven lead at once (instant 0).
         if d.outcome == OutcomeClass::Success {
-            // D-15: a primary success proves the lease alive until its
-            // receipt plus its lead floor. A fallback success proves
-            // nothing: the lease is past any proven lead at once (0).
-            self.proven = match (d.mode, d.numbers.lead_floor.and_then(|n| n.finite())) {
-                (Some(Mode::Primary), Some(l)) => {
-                    Some(now.saturating_add((l as u64).saturating_mul(MS)))
-                }
-                _ => Some(0),
-            };
+            self.created = true;
+        }
+        if self.created {
+            self.proven = Some(d.proven_until_ns.unwrap_or(0));
         }
         if let Some(m) = d.numbers.safety_margin.and_then(|n| n.finite()) {
             self.margin_ns = (m as u64).saturating_mul(MS);
         }
+        self.last = Some(d);
     }
 
     fn id(&self) -> u64 {
@@ -367,6 +378,12 @@ impl Strategy for Core {
 
     fn core_errors(&self) -> u32 {
         self.errors
+    }
+
+    fn explain(&self) -> String {
+        self.last
+            .as_ref()
+            .map_or_else(|| "(no decision)".to_owned(), |d| d.to_string())
     }
 }
 
