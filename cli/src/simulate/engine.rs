@@ -93,7 +93,6 @@ fn note(trace: &mut Option<&mut Vec<String>>, t: u64, line: impl FnOnce() -> Str
 }
 
 impl Run<'_, '_> {
-
     /// Moves time to `target`: fires the jeopardy and give-up timers due on
     /// the way, then checks the lease.
     fn advance(&mut self, s: &dyn Strategy, target: u64) -> Step {
@@ -156,7 +155,9 @@ impl Run<'_, '_> {
         if let Some(td) = give_up {
             self.t = td;
             self.res.stop = Some("local_expiry");
-            note(&mut self.trace, td, || "gives up by itself: local_expiry".to_owned());
+            note(&mut self.trace, td, || {
+                "gives up by itself: local_expiry".to_owned()
+            });
             return Step::Over;
         }
         self.t = target;
@@ -221,7 +222,10 @@ impl Run<'_, '_> {
                         .and_then(|id| self.server.lease(id))
                         .map(|l| l.expires_at_ms);
                     note(&mut self.trace, at, || {
-                        format!("server: create key {key} -> {} (expiry {exp:?} ms)", r.status)
+                        format!(
+                            "server: create key {key} -> {} (expiry {exp:?} ms)",
+                            r.status
+                        )
                     });
                 }
                 r
