@@ -119,8 +119,10 @@ enum Command {
     /// scenario runs, it ends with a short `leasebeat simulate` comparison
     /// (10,000 histories).
     Demo {
-        /// Run only this scenario (repeatable); `leasebeat demo --scenario
-        /// x` lists the names.
+        /// Run only this scenario (repeatable): additive, max-lead,
+        /// grant-cap, initial-ttl-cap, older-server, 5xx-burst, 429-inside,
+        /// 429-beyond, lost-response, slow-response, malformed-200,
+        /// permanent-stop. No simulate section then.
         #[arg(long, value_name = "NAME")]
         scenario: Vec<String>,
         /// Print only the summary (no legend, no timelines, no progress on

@@ -1068,3 +1068,15 @@ fn commit_and_release_answer_the_protocol_bodies() {
         (410, Some("RESERVATION_EXPIRED"))
     );
 }
+
+#[test]
+fn demo_help_names_every_scenario() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+        .args(["demo", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).replace(char::is_whitespace, "");
+    for s in leasebeat_cli::demo::scenarios() {
+        assert!(help.contains(s.name), "{} missing from demo --help", s.name);
+    }
+}
