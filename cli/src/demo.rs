@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event, LeaseHandle, Outcome};
 use leasebeat::sim::Policy;
-use leasebeat::{Config, Next, Num, OutcomeClass, StopReason};
+use leasebeat::{Config, Mode, Next, Num, OutcomeClass, StopReason};
 use serde_json::{Map, Value, json};
 
 use crate::serve::{FaultRule, ServeOptions, Server};
@@ -326,11 +326,13 @@ pub fn run_scenarios(scenarios: Vec<Scenario>, progress: bool) -> Result<Vec<Rep
                 ..
             } => {
                 live.reservation_id = reservation_id.or(live.reservation_id.take());
-                let lead = match decision.outcome {
-                    OutcomeClass::Success => decision.numbers.lead_floor,
-                    _ => decision.numbers.lead.or(decision.numbers.lead_min),
+                // The fallback path (an older server without
+                // remaining_ttl_ms) proves no lead (D-15): no number here.
+                let lead = match (decision.mode, decision.outcome) {
+                    (Some(Mode::Fallback), _) => None,
+                    (_, OutcomeClass::Success) => decision.numbers.lead_floor,
+                    _ => decision.numbers.lead,
                 };
-                let lead = lead.or(decision.numbers.lead_min);
                 if let Some(l) = lead {
                     live.min_lead = Some(live.min_lead.map_or(l, |m| m.min(l)));
                 }
@@ -483,6 +485,11 @@ pub fn print_reports(reports: &[Report], w: &mut impl Write) -> std::io::Result<
         }
         writeln!(w)?;
     }
+    print_summary(reports, w)
+}
+
+/// Prints the summary table only.
+pub fn print_summary(reports: &[Report], w: &mut impl Write) -> std::io::Result<()> {
     writeln!(w, "== summary")?;
     writeln!(
         w,
@@ -509,16 +516,68 @@ pub fn print_reports(reports: &[Report], w: &mut impl Write) -> std::io::Result<
     Ok(())
 }
 
+/// What `leasebeat demo` prints above the timelines.
+pub const LEGEND: &str = "\
+How to read this (time is scaled down: 4 s leases, 400 ms request budgets):
+  #n      the n-th request of that lease (#1 is the create); `new`/`same` says whether
+          it used a new idempotency key or replayed the previous one (same-key retry).
+  lead    how long the lease is proven to live on the server (ms): after a success,
+          the remaining TTL the server reported minus the round trip; after a failure,
+          what is left of it. `-` when nothing is proven: the older-server scenario's
+          server sends no remaining_ttl_ms, so the core runs its measured-grant
+          fallback, which proves no lead.
+  lapse   the server's lease expired while still active. It is unreported when the
+          client was not told to stop before it; the goal is zero.
+  The demo cancels each lease on purpose after a few extensions (stop reason
+  `cancelled`, then a release); some scenarios stop by themselves (throttled,
+  max_extensions) as they should.
+";
+
+/// Options of `leasebeat demo`.
+#[derive(Clone, Debug, Default)]
+pub struct DemoOptions {
+    /// Run only these scenarios (by name; all when empty).
+    pub scenarios: Vec<String>,
+    /// No progress on stderr, no legend and no timelines: only the summary.
+    pub quiet: bool,
+}
+
+/// Histories the simulate section at the end of the demo runs.
+pub const SIMULATE_SEQUENCES: u64 = 10_000;
+
 /// `leasebeat demo`. Exit status 0 when every scenario ended as expected
-/// with no unreported lapse; 1 when a lease lapsed without its client being
-/// told to stop, or a scenario ended otherwise than expected.
-pub fn run() -> ExitCode {
-    eprintln!(
-        "leasebeat demo: {} scenarios, each against its own reference server on 127.0.0.1 (clock: {})",
-        scenarios().len(),
-        leasebeat::driver::clock::CLOCK_NAME
-    );
-    let reports = match run_scenarios(scenarios(), true) {
+/// with no unreported lapse (and, when every scenario ran, the simulate
+/// section shows none for `leasebeat`); 1 otherwise; 2 on a usage error.
+pub fn run(opts: &DemoOptions) -> ExitCode {
+    let all = scenarios();
+    let chosen: Vec<Scenario> = if opts.scenarios.is_empty() {
+        all.clone()
+    } else {
+        let mut v = Vec::new();
+        for name in &opts.scenarios {
+            match all.iter().find(|s| s.name == name) {
+                Some(s) => v.push(s.clone()),
+                None => {
+                    let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+                    eprintln!(
+                        "leasebeat demo: no scenario named {name:?}; the scenarios are: {}",
+                        names.join(", ")
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        v
+    };
+    let whole = opts.scenarios.is_empty();
+    if !opts.quiet {
+        eprintln!(
+            "leasebeat demo: {} scenarios, each against its own reference server on 127.0.0.1 (clock: {})",
+            chosen.len(),
+            leasebeat::driver::clock::CLOCK_NAME
+        );
+    }
+    let reports = match run_scenarios(chosen, !opts.quiet) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("leasebeat demo: {e}");
@@ -526,7 +585,12 @@ pub fn run() -> ExitCode {
         }
     };
     let mut out = std::io::stdout().lock();
-    let _ = print_reports(&reports, &mut out);
+    if opts.quiet {
+        let _ = print_summary(&reports, &mut out);
+    } else {
+        let _ = writeln!(out, "{LEGEND}");
+        let _ = print_reports(&reports, &mut out);
+    }
     let lapses: usize = reports.iter().map(|r| r.unreported_lapses).sum();
     let unexpected = reports.iter().filter(|r| !r.as_expected).count();
     let _ = writeln!(
@@ -536,7 +600,24 @@ pub fn run() -> ExitCode {
         reports.len() - unexpected,
         lapses
     );
-    if lapses > 0 || unexpected > 0 {
+    let mut simulated_lapses = 0;
+    if whole {
+        if !opts.quiet {
+            eprintln!("leasebeat demo: simulating {SIMULATE_SEQUENCES} histories");
+        }
+        let summary = crate::simulate::simulate(SIMULATE_SEQUENCES, 1, false);
+        simulated_lapses = summary.tallies[0].unreported_lapses;
+        let _ = writeln!(
+            out,
+            "\n== simulate: the same question at scale, in virtual time ({SIMULATE_SEQUENCES} seeded histories)\n\
+             Each history draws a server regime, faults, a clock and maybe a pause longer than the\n\
+             lease; every strategy runs on the same histories. Unreported lapses: the server's lease\n\
+             expired before the client stopped or reported jeopardy. For a million histories, the\n\
+             plot and every table: leasebeat simulate --sequences 1000000 --plot simulate.svg\n"
+        );
+        let _ = summary.print_table(&mut out);
+    }
+    if lapses > 0 || unexpected > 0 || simulated_lapses > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -1,5 +1,5 @@
 //! The library half of the `leasebeat` command line: the reference server
-//! (`leasebeat serve`), the demo and `leasebeat run`, usable in-process by
+//! (`leasebeat serve`), the demo, `leasebeat run` and `leasebeat simulate`, usable in-process by
 //! the integration tests.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -7,3 +7,4 @@
 pub mod demo;
 pub mod run;
 pub mod serve;
+pub mod simulate;

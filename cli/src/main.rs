@@ -1,13 +1,14 @@
 //! `leasebeat`: the command-line face of the leasebeat scheduler.
 #![forbid(unsafe_code)]
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use leasebeat::driver::ApiKey;
 use leasebeat::sim::Policy;
-use leasebeat_cli::{demo, run, serve};
+use leasebeat_cli::{demo, run, serve, simulate};
 
 mod replay;
 
@@ -114,12 +115,63 @@ enum Command {
     /// scenarios (policies and faults), their timelines and a summary.
     ///
     /// Exit status 0 when every scenario ended as expected and no lease
-    /// lapsed without its client being told to stop; 1 otherwise.
-    Demo,
+    /// lapsed without its client being told to stop; 1 otherwise. When every
+    /// scenario runs, it ends with a short `leasebeat simulate` comparison
+    /// (10,000 histories).
+    Demo {
+        /// Run only this scenario (repeatable): additive, max-lead,
+        /// grant-cap, initial-ttl-cap, older-server, 5xx-burst, 429-inside,
+        /// 429-beyond, lost-response, slow-response, malformed-200,
+        /// permanent-stop. No simulate section then.
+        #[arg(long, value_name = "NAME")]
+        scenario: Vec<String>,
+        /// Print only the summary (no legend, no timelines, no progress on
+        /// stderr).
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Compare heartbeat strategies on seeded virtual-time histories.
+    ///
+    /// Every strategy (the core `leasebeat`, the historical SDK schedule,
+    /// alternate-beat, etcd-like TTL/3, Vault-like 2/3, the Python SDK's
+    /// variant) runs on the same histories against the server model: server
+    /// regimes, faults, late timers, coarse and stalled clocks, client
+    /// pauses. Prints extensions per lease-hour, unreported lapses, reports,
+    /// stops and lead percentiles. Deterministic for a seed. Exit status 1
+    /// when `leasebeat` has an unreported lapse or the core refused an input.
+    Simulate {
+        /// Number of histories.
+        #[arg(long, default_value_t = 100_000)]
+        sequences: u64,
+        /// Seed of the histories.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Print one JSON object instead of the tables.
+        #[arg(long)]
+        json: bool,
+        /// Also draw the comparison to this SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+        /// Instead of a run, print history INDEX of the seed and every
+        /// event of each strategy's run on it.
+        #[arg(long, value_name = "INDEX", conflicts_with_all = ["json", "plot", "sequences"])]
+        explain: Option<u64>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Diagnostics (the driver's, ureq's) on stderr, filtered by RUST_LOG
+    // (default: warnings and errors).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     match cli.command {
         Command::Replay { emit, files } => replay::run(&files, emit),
         Command::Serve {
@@ -196,6 +248,85 @@ fn main() -> ExitCode {
                 release: !no_release,
             })
         }
-        Command::Demo => demo::run(),
+        Command::Demo { scenario, quiet } => demo::run(&demo::DemoOptions {
+            scenarios: scenario,
+            quiet,
+        }),
+        Command::Simulate {
+            sequences,
+            seed,
+            threads,
+            json,
+            plot,
+            explain,
+        } => match explain {
+            Some(index) => {
+                let mut out = std::io::stdout().lock();
+                match simulate::explain(seed, index, &mut out) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("leasebeat simulate: cannot write the output: {e}");
+                        ExitCode::from(2)
+                    }
+                }
+            }
+            None => simulate_command(sequences, seed, threads, json, plot),
+        },
+    }
+}
+
+fn simulate_command(
+    sequences: u64,
+    seed: u64,
+    threads: Option<usize>,
+    json: bool,
+    plot: Option<PathBuf>,
+) -> ExitCode {
+    let mut builder = rayon::ThreadPoolBuilder::new();
+    if let Some(n) = threads {
+        if n == 0 {
+            eprintln!("leasebeat simulate: --threads must be at least 1");
+            return ExitCode::from(2);
+        }
+        builder = builder.num_threads(n);
+    }
+    let pool = match builder.build() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("leasebeat simulate: cannot start worker threads: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let start = std::time::Instant::now();
+    let summary = pool.install(|| simulate::simulate(sequences, seed, true));
+    eprintln!(
+        "leasebeat simulate: {sequences} histories on {} threads in {:.1} s",
+        pool.current_num_threads(),
+        start.elapsed().as_secs_f64()
+    );
+    let mut out = std::io::stdout().lock();
+    let written = if json {
+        serde_json::to_writer(&mut out, &summary.to_json())
+            .map_err(std::io::Error::other)
+            .and_then(|()| writeln!(out))
+    } else {
+        summary.print(&mut out)
+    };
+    if let Err(e) = written {
+        eprintln!("leasebeat simulate: cannot write the output: {e}");
+        return ExitCode::from(2);
+    }
+    if let Some(path) = plot {
+        if let Err(e) = summary.plot(&path) {
+            eprintln!("leasebeat simulate: {e}");
+            return ExitCode::from(2);
+        }
+        eprintln!("leasebeat simulate: plot written to {}", path.display());
+    }
+    let core = &summary.tallies[0];
+    if core.unreported_lapses > 0 || summary.tallies.iter().any(|t| t.core_errors > 0) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }

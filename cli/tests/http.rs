@@ -857,6 +857,55 @@ fn demo_runs_clean() {
     );
     assert!(stdout.contains("== summary"));
     assert!(stdout.contains(" 0 unreported lapses"), "{stdout}");
+    // The legend first, the simulate section last.
+    assert!(stdout.starts_with("How to read this"), "{stdout}");
+    let sim = stdout.find("== simulate").expect("a simulate section");
+    assert!(sim > stdout.find("== summary").unwrap());
+    let table = &stdout[sim..];
+    for name in ["leasebeat", "historical", "alternate-beat", "python-sdk"] {
+        assert!(table.contains(name), "{table}");
+    }
+}
+
+#[test]
+fn demo_runs_chosen_scenarios_quietly() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+        .args([
+            "demo",
+            "--scenario",
+            "older-server",
+            "--scenario",
+            "additive",
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    assert!(stdout.starts_with("== summary"), "{stdout}");
+    assert!(!stdout.contains("How to read"), "{stdout}");
+    assert!(!stdout.contains("== simulate"), "{stdout}");
+    assert!(stdout.contains("2 scenarios, 2 ended as expected, 0 unreported lapses"));
+    // The fallback path proves no lead: no number in the lead column.
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("older-server"))
+        .expect("an older-server row");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[2], "-", "{row}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+        .args(["demo", "--scenario", "no-such-scenario"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no-such-scenario") && stderr.contains("429-beyond"),
+        "{stderr}"
+    );
 }
 
 /// Sends one raw request and returns everything the server wrote before
@@ -1018,4 +1067,16 @@ fn commit_and_release_answer_the_protocol_bodies() {
         (st, r["error"].as_str()),
         (410, Some("RESERVATION_EXPIRED"))
     );
+}
+
+#[test]
+fn demo_help_names_every_scenario() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+        .args(["demo", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).replace(char::is_whitespace, "");
+    for s in leasebeat_cli::demo::scenarios() {
+        assert!(help.contains(s.name), "{} missing from demo --help", s.name);
+    }
 }
