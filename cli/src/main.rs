@@ -38,8 +38,9 @@ enum Command {
     ///
     /// Prints `listening on http://ADDR` on stdout first, then one
     /// `LAPSE ...` line for every reservation that expires while still
-    /// ACTIVE (neither committed nor released). Runs until killed. Default
-    /// policy: additive extensions, no limits.
+    /// ACTIVE (neither committed nor released). Runs until SIGINT/SIGTERM,
+    /// then prints `summary leases=N extensions=N lapses=N refused=N`.
+    /// Default policy: additive extensions, no limits.
     Serve {
         /// Address to bind.
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -74,6 +75,15 @@ enum Command {
         /// Epoch (ms) onto which the server's monotonic clock is mapped.
         #[arg(long, default_value_t = serve::DEFAULT_EPOCH_MS)]
         epoch_ms: u64,
+        /// Most connections at once; beyond, a connection gets 503 and is closed.
+        #[arg(long, default_value_t = 512)]
+        max_connections: usize,
+        /// Most request-body bytes buffered at once; beyond, a request gets 503.
+        #[arg(long, default_value_t = 64 * 1024 * 1024)]
+        max_buffered_bytes: usize,
+        /// How long (ms) a lapsed or finalized reservation is remembered after expiry.
+        #[arg(long, default_value_t = 600_000)]
+        retention_ms: u64,
     },
     /// Heartbeat one reservation against a Cycles server, printing each
     /// decision as one JSON line, until the heartbeat stops or Ctrl-C.
@@ -134,6 +144,9 @@ fn main() -> ExitCode {
             log,
             api_key,
             epoch_ms,
+            max_connections,
+            max_buffered_bytes,
+            retention_ms,
         } => {
             let faults = match faults
                 .iter()
@@ -161,6 +174,10 @@ fn main() -> ExitCode {
                 api_key,
                 epoch_ms,
                 print_lapses: true,
+                max_connections: max_connections.max(1),
+                max_buffered_bytes,
+                keep_entries: false,
+                retention_ms,
             })
         }
         Command::Run {
