@@ -719,7 +719,12 @@ async fn handle(
     let _buf = BufGuard(Arc::clone(&s), declared);
     if before.saturating_add(declared) > s.opts.max_buffered_bytes {
         s.refused.fetch_add(1, Ordering::SeqCst);
-        let r = error_response(503, "INTERNAL_ERROR", "server busy: too many bytes buffered", "req-refused");
+        let r = error_response(
+            503,
+            "INTERNAL_ERROR",
+            "server busy: too many bytes buffered",
+            "req-refused",
+        );
         let mut resp = http_response(&r, "req-refused");
         resp.headers_mut().insert(
             hyper::header::CONNECTION,
@@ -868,7 +873,10 @@ async fn respond(
     let authorized = !api_key.is_empty()
         && s.opts.api_key.as_deref().is_none_or(|k| {
             // Constant time in the key's contents (the length may leak).
-            bool::from(subtle::ConstantTimeEq::ct_eq(k.as_bytes(), api_key.as_bytes()))
+            bool::from(subtle::ConstantTimeEq::ct_eq(
+                k.as_bytes(),
+                api_key.as_bytes(),
+            ))
         });
     if !authorized {
         return Some(error_response(

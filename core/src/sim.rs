@@ -240,8 +240,7 @@ impl SimServer {
             if lease.expires_at_ms != t {
                 // A retention entry (pushed as expiry + retention), or an
                 // expiry that an extension moved on.
-                if t.checked_sub(retention_ms) == Some(lease.expires_at_ms) && retention_ms > 0
-                {
+                if t.checked_sub(retention_ms) == Some(lease.expires_at_ms) && retention_ms > 0 {
                     let lease = self.leases.remove(&id).expect("present");
                     let _ = lease;
                 }
@@ -264,7 +263,8 @@ impl SimServer {
         if retention_ms > 0 && out.is_empty() {
             let leases = &self.leases;
             if self.create_keys.len() > 2 * leases.len() + 1024 {
-                self.create_keys.retain(|_, (id, _)| leases.contains_key(id));
+                self.create_keys
+                    .retain(|_, (id, _)| leases.contains_key(id));
             }
         }
         out
