@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use leasebeat::driver::ApiKey;
 use leasebeat::sim::Policy;
-use leasebeat_cli::{demo, run, serve};
+use leasebeat_cli::{bench, demo, run, serve};
 
 mod replay;
 
@@ -126,6 +126,26 @@ enum Command {
     /// Exit status 0 when every scenario ended as expected and no lease
     /// lapsed without its client being told to stop; 1 otherwise.
     Demo,
+    /// Benchmark (see scripts/bench-driver.sh): many leases from one driver.
+    #[command(hide = true)]
+    BenchDriver {
+        /// Base URL of a running `leasebeat serve`.
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        leases: usize,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[arg(long)]
+        budget_ms: u64,
+        #[arg(long)]
+        seconds: u64,
+        #[arg(long, default_value_t = 16)]
+        workers: usize,
+        /// The server's stdout, with its LAPSE lines.
+        #[arg(long)]
+        lapse_file: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -214,5 +234,22 @@ fn main() -> ExitCode {
             })
         }
         Command::Demo => demo::run(),
+        Command::BenchDriver {
+            url,
+            leases,
+            ttl_ms,
+            budget_ms,
+            seconds,
+            workers,
+            lapse_file,
+        } => bench::run(bench::BenchOptions {
+            url,
+            leases,
+            ttl_ms,
+            budget_ms,
+            seconds,
+            workers,
+            lapse_file,
+        }),
     }
 }

@@ -722,6 +722,57 @@ mod tests {
         assert_eq!(s.extend(0, "nope", None, &extend_body("e5")).status, 404);
     }
 
+    #[test]
+    fn lapses_come_from_the_expiry_heap_once_and_are_then_forgotten() {
+        let mut s = SimServer::new(Policy::default());
+        let a = body(&s.create(0, None, &create_body("a")))["reservation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let b = body(&s.create(0, None, &create_body("b")))["reservation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // b is extended (its first expiry entry goes stale), a is not.
+        assert_eq!(s.extend(30_000, &b, None, &extend_body("e1")).status, 200);
+        assert!(s.take_lapses(60_000, 1_000).is_empty()); // alive at its expiry
+        let l = s.take_lapses(60_001, 1_000);
+        assert_eq!(l.len(), 1);
+        assert_eq!((l[0].id.as_str(), l[0].expires_at_ms), (a.as_str(), 60_000));
+        assert!(s.take_lapses(60_500, 1_000).is_empty()); // reported once
+        assert_eq!(s.lapses_total(), 1);
+        assert_eq!(s.extensions_total(), 1);
+        // After the retention, a is forgotten; b lives on.
+        assert!(s.take_lapses(61_001, 1_000).is_empty());
+        assert!(s.lease(&a).is_none());
+        assert_eq!(s.extend(61_001, &a, None, &extend_body("e2")).status, 404);
+        assert_eq!(s.lease_count(), 1);
+        assert_eq!(s.take_lapses(120_001, 1_000).len(), 1);
+    }
+
+    #[test]
+    fn extension_records_are_bounded_and_big_requests_refused() {
+        let mut s = SimServer::new(Policy::default());
+        let id = body(&s.create(0, None, &create_body("c")))["reservation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        for i in 0..100 {
+            let k = format!("e{i}");
+            assert_eq!(s.extend(1, &id, None, &extend_body(&k)).status, 200);
+        }
+        assert_eq!(s.lease(&id).unwrap().extend_keys.len(), EXTEND_KEYS_KEPT);
+        // The latest key still replays (no new extension).
+        let before = s.lease(&id).unwrap().expires_at_ms;
+        assert_eq!(s.extend(2, &id, None, &extend_body("e99")).status, 200);
+        assert_eq!(s.lease(&id).unwrap().expires_at_ms, before);
+        let mut req: Value = serde_json::from_slice(&create_body("big")).unwrap();
+        req["subject"]["tenant"] = Value::from("x".repeat(MAX_REQUEST_BYTES));
+        let r = s.create(3, None, &serde_json::to_vec(&req).unwrap());
+        assert_eq!(r.status, 400);
+        assert_eq!(s.lease_count(), 1);
+    }
+
     fn created(s: &mut SimServer, key: &str, extra: Value) -> String {
         let mut req: Value = serde_json::from_slice(&create_body(key)).unwrap();
         req["estimate"] = json!({"unit": "TOKENS", "amount": 10});

@@ -695,6 +695,25 @@ mod tests {
     }
 
     #[test]
+    fn api_keys_that_cannot_be_header_values_are_refused_without_echo() {
+        for key in [
+            "a\r\nb-sekrit",
+            "sekrit\n",
+            "sek\x00rit",
+            "sek\u{e9}rit",
+            " sekrit",
+            "",
+        ] {
+            let err = Driver::new(DriverConfig::new("http://127.0.0.1:1", ApiKey::new(key)))
+                .map(|_| ())
+                .unwrap_err();
+            assert!(matches!(err, DriverError::BadApiKey(_)), "{key:?}");
+            assert!(!err.to_string().contains("sekrit"), "{err}");
+        }
+        assert!(ApiKey::new("ok key\twith-tab").check().is_ok());
+    }
+
+    #[test]
     fn detection_slack_stays_below_the_budget() {
         assert_eq!(detection_slack_ms(400), 72);
         assert_eq!(detection_slack_ms(2_500), 308);
