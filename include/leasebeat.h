@@ -374,6 +374,15 @@ typedef enum lb_event_kind {
      * lease is then cancelled: a decision and a stopped event follow.
      */
     LB_EVENT_KIND_ERROR = 2,
+    /**
+     * `lease_in_jeopardy` (D-15): the lease may lapse on the server before
+     * the driver learns more. `jeopardy` says why (`proven_until_reached`
+     * or `late_beat`), `time_ns` when it was detected, `due_ns` and
+     * `proven_until_ns` the instants involved. Reported the moment it
+     * happens, however loaded the driver is; the lease keeps heartbeating
+     * (more decisions follow).
+     */
+    LB_EVENT_KIND_JEOPARDY = 3,
 } lb_event_kind;
 
 /**
@@ -397,6 +406,27 @@ typedef enum lb_event_outcome {
      */
     LB_EVENT_OUTCOME_CANCELLED = 3,
 } lb_event_outcome;
+
+/**
+ * Why a lease is in jeopardy (`LB_EVENT_KIND_JEOPARDY`).
+ */
+typedef enum lb_jeopardy_reason {
+    /**
+     * Not a jeopardy event.
+     */
+    LB_JEOPARDY_REASON_NONE = 0,
+    /**
+     * `proven_until_reached`: the driver reached the lease's proven lead
+     * (receipt of its last primary success + that success's `lead_floor`)
+     * without a newer success.
+     */
+    LB_JEOPARDY_REASON_PROVEN_UNTIL_REACHED = 1,
+    /**
+     * `late_beat`: a scheduled beat was still not sent at its due time plus
+     * the safety margin (the driver is overloaded or stalled).
+     */
+    LB_JEOPARDY_REASON_LATE_BEAT = 2,
+} lb_jeopardy_reason;
 
 /**
  * The kind of an ::lb_action.
@@ -842,6 +872,23 @@ typedef struct lb_event_info {
      * (`LB_STATUS_TIME_WENT_BACKWARDS`, ...); `LB_STATUS_OK` otherwise.
      */
     enum lb_status error_status;
+    /**
+     * For `LB_EVENT_KIND_JEOPARDY`: why; `LB_JEOPARDY_REASON_NONE` otherwise.
+     */
+    enum lb_jeopardy_reason jeopardy;
+    /**
+     * For a decision answering an attempt: when that attempt was due
+     * (`attempt_sent_ns - due_ns` is its lateness; negative when sent early
+     * by the timer slack). For a jeopardy event: the due time of the
+     * lease's scheduled beat. 0 when there is none.
+     */
+    uint64_t due_ns;
+    /**
+     * For a jeopardy event: the lease's proven lead (`proven_until`, driver
+     * clock ns; `UINT64_MAX` is +infinity); 0 when it has none (before the
+     * first success, on the fallback path) and for other events.
+     */
+    uint64_t proven_until_ns;
 } lb_event_info;
 
 /**
@@ -1118,7 +1165,10 @@ enum lb_status lb_decision_json(const struct lb_decision *decision,
  * lb_driver_shutdown() and/or free it with lb_driver_free().
  *
  * Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
- * `LB_STATUS_INVALID_ARGUMENT` (the URL's scheme, zero workers),
+ * `LB_STATUS_INVALID_ARGUMENT` (the URL's scheme, zero workers, an API key
+ * that cannot be an HTTP header value: empty, CR, LF or another control
+ * character, non-ASCII, leading/trailing whitespace; the message never
+ * contains the key),
  * `LB_STATUS_INVALID_CONFIG` (a thread could not be started).
  */
 enum lb_status lb_driver_new(const char *base_url,
@@ -1207,13 +1257,26 @@ enum lb_status lb_driver_commit(const struct lb_driver *driver,
  * threads, then lets the dispatcher deliver every remaining event and joins
  * it. When it returns, the callback has been called for the last time.
  * Later calls on the driver (but lb_driver_free()) return
- * `LB_STATUS_SHUT_DOWN`; a second shutdown is a no-op. Another thread may be
- * calling the `const lb_driver *` functions meanwhile.
+ * `LB_STATUS_SHUT_DOWN`, a second lb_driver_shutdown() included (it does
+ * nothing else). Another thread may be calling the `const lb_driver *`
+ * functions meanwhile.
  *
- * Errors: `LB_STATUS_IN_CALLBACK` when called from the event callback
- * (nothing is done), `LB_STATUS_NULL_ARGUMENT`.
+ * Errors: `LB_STATUS_SHUT_DOWN` (already shut down; nothing is done),
+ * `LB_STATUS_IN_CALLBACK` when called from the event callback (nothing is
+ * done), `LB_STATUS_NULL_ARGUMENT`.
  */
 enum lb_status lb_driver_shutdown(struct lb_driver *driver);
+
+/**
+ * Test hook, not for production use: while `hold` is true the driver sends
+ * nothing (no create, no beat), as if its timer were stalled, but keeps
+ * running its jeopardy checks; setting it back to false sends every held
+ * beat at once. Tests use it to prove that `LB_EVENT_KIND_JEOPARDY` comes
+ * before a lease can lapse on the server.
+ *
+ * Errors: `LB_STATUS_SHUT_DOWN`, `LB_STATUS_NULL_ARGUMENT`.
+ */
+enum lb_status lb_driver_hold_sends_for_testing(const struct lb_driver *driver, bool hold);
 
 /**
  * Shuts the driver down as lb_driver_shutdown() does (if not done yet),
@@ -1261,9 +1324,17 @@ enum lb_status lb_event_error_message(const struct lb_event *event,
 
 /**
  * The stable string of an event kind: `"decision"`, `"stopped"`,
- * `"error"`; `"unknown"` for other values. Static; do not free.
+ * `"error"`, `"lease_in_jeopardy"`; `"unknown"` for other values. Static;
+ * do not free.
  */
 const char *lb_event_kind_str(int32_t kind);
+
+/**
+ * The stable string of a jeopardy reason: `"proven_until_reached"`,
+ * `"late_beat"`; `"none"` for `LB_JEOPARDY_REASON_NONE`, `"unknown"` for
+ * other values. Static; do not free.
+ */
+const char *lb_jeopardy_reason_str(int32_t reason);
 
 /**
  * Copies the calling thread's last-error message into `buf` as a

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use leasebeat::driver::ApiKey;
 use leasebeat::sim::Policy;
-use leasebeat_cli::{demo, run, serve};
+use leasebeat_cli::{bench, demo, run, serve};
 
 mod replay;
 
@@ -38,8 +38,9 @@ enum Command {
     ///
     /// Prints `listening on http://ADDR` on stdout first, then one
     /// `LAPSE ...` line for every reservation that expires while still
-    /// ACTIVE (neither committed nor released). Runs until killed. Default
-    /// policy: additive extensions, no limits.
+    /// ACTIVE (neither committed nor released). Runs until SIGINT/SIGTERM,
+    /// then prints `summary leases=N extensions=N lapses=N refused=N`.
+    /// Default policy: additive extensions, no limits.
     Serve {
         /// Address to bind.
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -74,6 +75,15 @@ enum Command {
         /// Epoch (ms) onto which the server's monotonic clock is mapped.
         #[arg(long, default_value_t = serve::DEFAULT_EPOCH_MS)]
         epoch_ms: u64,
+        /// Most connections at once; beyond, a connection gets 503 and is closed.
+        #[arg(long, default_value_t = 512)]
+        max_connections: usize,
+        /// Most request-body bytes buffered at once; beyond, a request gets 503.
+        #[arg(long, default_value_t = 64 * 1024 * 1024)]
+        max_buffered_bytes: usize,
+        /// How long (ms) a lapsed or finalized reservation is remembered after expiry.
+        #[arg(long, default_value_t = 600_000)]
+        retention_ms: u64,
     },
     /// Heartbeat one reservation against a Cycles server, printing each
     /// decision as one JSON line, until the heartbeat stops or Ctrl-C.
@@ -116,6 +126,26 @@ enum Command {
     /// Exit status 0 when every scenario ended as expected and no lease
     /// lapsed without its client being told to stop; 1 otherwise.
     Demo,
+    /// Benchmark (see scripts/bench-driver.sh): many leases from one driver.
+    #[command(hide = true)]
+    BenchDriver {
+        /// Base URL of a running `leasebeat serve`.
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        leases: usize,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[arg(long)]
+        budget_ms: u64,
+        #[arg(long)]
+        seconds: u64,
+        #[arg(long, default_value_t = 16)]
+        workers: usize,
+        /// The server's stdout, with its LAPSE lines.
+        #[arg(long)]
+        lapse_file: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -134,6 +164,9 @@ fn main() -> ExitCode {
             log,
             api_key,
             epoch_ms,
+            max_connections,
+            max_buffered_bytes,
+            retention_ms,
         } => {
             let faults = match faults
                 .iter()
@@ -161,6 +194,10 @@ fn main() -> ExitCode {
                 api_key,
                 epoch_ms,
                 print_lapses: true,
+                max_connections: max_connections.max(1),
+                max_buffered_bytes,
+                keep_entries: false,
+                retention_ms,
             })
         }
         Command::Run {
@@ -197,5 +234,22 @@ fn main() -> ExitCode {
             })
         }
         Command::Demo => demo::run(),
+        Command::BenchDriver {
+            url,
+            leases,
+            ttl_ms,
+            budget_ms,
+            seconds,
+            workers,
+            lapse_file,
+        } => bench::run(bench::BenchOptions {
+            url,
+            leases,
+            ttl_ms,
+            budget_ms,
+            seconds,
+            workers,
+            lapse_file,
+        }),
     }
 }
