@@ -99,6 +99,9 @@
 //!     match event {
 //!         Event::Decision { decision, .. } => println!("{}", decision.to_json().len()),
 //!         Event::Stopped { reason, .. } => { println!("stopped: {reason}"); break }
+//!         Event::Jeopardy { reason, reservation_id, .. } => {
+//!             eprintln!("lease_in_jeopardy {reason:?} {reservation_id:?}")
+//!         }
 //!         Event::Error { error, .. } => eprintln!("{error}"),
 //!     }
 //! }

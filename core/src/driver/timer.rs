@@ -29,7 +29,7 @@ use super::{
     ApiKey, AttemptReport, Command, Event, JeopardyReason, LeaseHandle, Outcome, clock, http,
 };
 use crate::{
-    Action, AttemptKind, Decision, ErrorKind, Heartbeat, Mode, Next, Num, OutcomeClass, Response,
+    Action, AttemptKind, Decision, ErrorKind, Heartbeat, Next, Num, OutcomeClass, Response,
     TransportFailure,
 };
 
@@ -224,27 +224,6 @@ fn num_ms(n: Option<Num>) -> Option<u64> {
         Num::Int(v) => Some(u64::try_from(v.max(0)).unwrap_or(u64::MAX)),
         Num::Inf => Some(u64::MAX),
         Num::NegInf => Some(0),
-    }
-}
-
-/// D-15's `proven_until` after `decision`, observed at `observed_ns`:
-/// `Some(new)` when the decision answers a success (`new` is `None` on the
-/// fallback path, which proves nothing), `None` when it leaves the proven
-/// lead as it was (a failure, a cancel).
-fn proven_after(decision: &Decision, observed_ns: u64) -> Option<Option<u64>> {
-    if decision.outcome != OutcomeClass::Success {
-        return None;
-    }
-    match decision.mode {
-        Some(Mode::Primary) => {
-            let lead_ms = num_ms(decision.numbers.lead_floor)?;
-            Some(Some(if lead_ms == u64::MAX {
-                u64::MAX
-            } else {
-                observed_ns.saturating_add(ms_to_ns(lead_ms))
-            }))
-        }
-        _ => Some(None),
     }
 }
 
@@ -677,7 +656,11 @@ impl Timer {
                 if let Some(m) = num_ms(decision.numbers.safety_margin) {
                     slot.margin_ms = m;
                 }
-                if let Some(proven) = proven_after(&decision, observed_ns) {
+                // D-15 is the core's: the driver only watches the instant the
+                // decision carries. A newer success (or a changed instant)
+                // re-arms the watch; a failure or cancel leaves it as it was.
+                let proven = decision.proven_until_ns;
+                if decision.outcome == OutcomeClass::Success || proven != slot.proven_until_ns {
                     slot.proven_gen = slot.proven_gen.wrapping_add(1);
                     slot.proven_until_ns = proven;
                     slot.proven_reported = false;
