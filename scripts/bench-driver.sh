@@ -34,7 +34,10 @@ url="$(sed -n 's/^listening on //p' "$tmp/serve.out" | head -n1)"
 "$bin" bench-driver --url "$url" --leases "$leases" --ttl-ms "$ttl" --budget-ms "$budget" \
   --seconds "$seconds" --lapse-file "$tmp/serve.out"
 serve_rss_kb="$(awk '/VmRSS/ {print $2}' "/proc/$serve_pid/status" 2>/dev/null || echo 0)"
+# The server's CPU (user + system, all threads) over its life, in % of one core.
+serve_cpu_pct="$(awk -v hz="$(getconf CLK_TCK)" -v up="$(cut -d' ' -f1 /proc/uptime)" '{
+  sub(/^.*\) /, ""); printf "%.1f", 100 * (($12 + $13) / hz) / (up - $20 / hz) }' "/proc/$serve_pid/stat" 2>/dev/null || echo 0)"
 kill -INT "$serve_pid"
 wait "$serve_pid" || true
 serve_pid=""
-echo "$(grep '^summary ' "$tmp/serve.out" || echo 'summary missing') serve_rss_kb=$serve_rss_kb"
+echo "$(grep '^summary ' "$tmp/serve.out" || echo 'summary missing') serve_rss_kb=$serve_rss_kb serve_cpu_pct=$serve_cpu_pct"

@@ -55,6 +55,40 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)] as f64 / 1e6
 }
 
+/// CPU seconds (user + system) used so far by this process's threads, by
+/// thread kind: (`leasebeat-timer`, `leasebeat-worker-*`, every other thread).
+fn thread_cpu_s() -> (f64, f64, f64) {
+    // /proc/self/task/<tid>/stat fields 14 and 15 (utime, stime) in clock
+    // ticks; USER_HZ is 100 on Linux.
+    const TICKS: f64 = 100.0;
+    let (mut timer, mut workers, mut other) = (0.0, 0.0, 0.0);
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return (0.0, 0.0, 0.0);
+    };
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        // Fields after the ")" that closes the command name.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // rest starts at field 3 (state): utime is field 14, stime 15.
+        let ticks = |i: usize| f.get(i - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let s = (ticks(14) + ticks(15)) / TICKS;
+        let comm = comm.trim();
+        if comm == "leasebeat-timer" {
+            timer += s;
+        } else if comm.starts_with("leasebeat-worke") {
+            workers += s;
+        } else {
+            other += s;
+        }
+    }
+    (timer, workers, other)
+}
+
 /// Runs the benchmark and prints its line. Exit status 0.
 pub fn run(opts: BenchOptions) -> std::process::ExitCode {
     let mut dc = DriverConfig::new(opts.url.clone(), ApiKey::new("bench-key"));
@@ -162,6 +196,8 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
             Event::Error { .. } => {}
         }
     }
+    let (cpu_timer, cpu_workers, cpu_other) = thread_cpu_s();
+    let run_s = t0.elapsed().as_secs_f64().max(1e-9);
     let rss_end = if rss_after_ramp > 0 {
         rss_after_ramp
     } else {
@@ -200,7 +236,7 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
     late_ns.sort_unstable();
     let per_lease = rss_end.saturating_sub(rss0) / opts.leases.max(1) as u64;
     println!(
-        "leases={} beats_per_s={:.0} late_p50_ms={:.3} late_p99_ms={:.3} rss_bytes_per_lease={} lapses={} unreported={} created={} create_failed={} ramp_s={} jeopardy={} stops={}",
+        "leases={} beats_per_s={:.0} late_p50_ms={:.3} late_p99_ms={:.3} rss_bytes_per_lease={} lapses={} unreported={} created={} create_failed={} ramp_s={} jeopardy={} stops={} cpu_timer_pct={:.1} cpu_workers_pct={:.1} cpu_other_pct={:.1}",
         opts.leases,
         if after_ramp_s > 0.0 {
             beats_after_ramp as f64 / after_ramp_s
@@ -217,6 +253,9 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
         ramp_s.map_or("never".into(), |r| format!("{r:.1}")),
         jeopardies,
         stops,
+        100.0 * cpu_timer / run_s,
+        100.0 * cpu_workers / run_s,
+        100.0 * cpu_other / run_s,
     );
     // Cancels every lease (each reports a stop) and joins the threads.
     drop(events);
