@@ -7,6 +7,7 @@
 # by the server up to the end of the run; unreported = lapses with no stop or
 # jeopardy event seen by the driver before the expiry) and the server's
 # summary line. Usage: scripts/bench-driver.sh LEASES TTL_MS BUDGET_MS SECONDS
+# (BENCH_WORKERS=N sets the driver's worker threads; default 16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$#" -ne 4 ]; then
@@ -32,7 +33,7 @@ for _ in $(seq 100); do grep -q '^listening on ' "$tmp/serve.out" 2>/dev/null &&
 url="$(sed -n 's/^listening on //p' "$tmp/serve.out" | head -n1)"
 [ -n "$url" ] || { echo "serve did not start" >&2; cat "$tmp/serve.err" >&2; exit 1; }
 "$bin" bench-driver --url "$url" --leases "$leases" --ttl-ms "$ttl" --budget-ms "$budget" \
-  --seconds "$seconds" --lapse-file "$tmp/serve.out"
+  --seconds "$seconds" --lapse-file "$tmp/serve.out" ${BENCH_WORKERS:+--workers "$BENCH_WORKERS"}
 serve_rss_kb="$(awk '/VmRSS/ {print $2}' "/proc/$serve_pid/status" 2>/dev/null || echo 0)"
 # The server's CPU (user + system, all threads) over its life, in % of one core.
 serve_cpu_pct="$(awk -v hz="$(getconf CLK_TCK)" -v up="$(cut -d' ' -f1 /proc/uptime)" '{

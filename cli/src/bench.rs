@@ -129,6 +129,8 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
     let mut beats_after_ramp = 0u64;
     let mut jeopardies = 0u64;
     let mut stops = 0u64;
+    let mut stop_reasons: std::collections::BTreeMap<&'static str, u64> = Default::default();
+    let mut jeopardy_reasons: std::collections::BTreeMap<&'static str, u64> = Default::default();
     loop {
         let now = Instant::now();
         if now >= end {
@@ -176,9 +178,11 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
             Event::Jeopardy {
                 lease,
                 reservation_id,
+                reason,
                 ..
             } => {
                 jeopardies += 1;
+                *jeopardy_reasons.entry(reason.as_str()).or_insert(0) += 1;
                 if let Some(id) = reservation_id.or_else(|| rid_of.get(&lease).cloned()) {
                     reported.entry(id).or_insert_with(wall_ms);
                 }
@@ -186,9 +190,11 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
             Event::Stopped {
                 lease,
                 reservation_id,
+                reason,
                 ..
             } => {
                 stops += 1;
+                *stop_reasons.entry(reason.as_str()).or_insert(0) += 1;
                 if let Some(id) = reservation_id.or_else(|| rid_of.get(&lease).cloned()) {
                     reported.entry(id).or_insert_with(wall_ms);
                 }
@@ -257,6 +263,9 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
         100.0 * cpu_workers / run_s,
         100.0 * cpu_other / run_s,
     );
+    if !stop_reasons.is_empty() || !jeopardy_reasons.is_empty() {
+        println!("stop_reasons={stop_reasons:?} jeopardy_reasons={jeopardy_reasons:?}");
+    }
     // Cancels every lease (each reports a stop) and joins the threads.
     drop(events);
     driver.shutdown();
