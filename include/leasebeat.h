@@ -749,6 +749,47 @@ typedef struct lb_decision_info {
 } lb_decision_info;
 
 /**
+ * The lease's instants a decision carries, copied out by
+ * lb_decision_get_instants(): an addition beside ::lb_decision_info, which
+ * keeps its layout.
+ */
+typedef struct lb_decision_instants {
+    /**
+     * True when the decision carries D-15's `proven_until`: on every
+     * primary-path decision after the first success (retries and stops
+     * included); false before the first success and on the fallback path,
+     * which proves nothing.
+     */
+    bool has_proven_until;
+    /**
+     * The instant (caller monotonic ns, the clock of `at`) until which the
+     * lease is proven alive: the receipt of the last primary success plus
+     * its lead floor. `infinite` is +infinity (the sum overflowed; `ns` is
+     * then 0). Reaching it without a newer success puts the lease in
+     * jeopardy. All zero when `has_proven_until` is false.
+     */
+    struct lb_time proven_until;
+    /**
+     * True when the decision answers a success that carried `expires_at_ms`.
+     */
+    bool has_expires_at_ms;
+    /**
+     * The deciding success's `expires_at_ms` (server clock, ms since the
+     * Unix epoch); 0 when absent.
+     */
+    uint64_t expires_at_ms;
+    /**
+     * True when the decision answers a success that carried
+     * `remaining_ttl_ms`.
+     */
+    bool has_remaining_ttl_ms;
+    /**
+     * The deciding success's `remaining_ttl_ms`; 0 when absent.
+     */
+    uint64_t remaining_ttl_ms;
+} lb_decision_instants;
+
+/**
  * The event callback given to lb_driver_new(): `user_data` is the pointer
  * given there, `event` is valid only until the callback returns (copy what
  * you need, or keep a decision with lb_decision_clone()).
@@ -892,6 +933,113 @@ typedef struct lb_event_info {
 } lb_event_info;
 
 /**
+ * How an adopted create ended, the `outcome` of an ::lb_adopted_create: one
+ * of `LB_ADOPTED_RESPONSE`, `LB_ADOPTED_FAILURE`. A plain integer type so
+ * that any value the caller passes can be checked.
+ */
+typedef uint32_t lb_adopted_outcome;
+
+/**
+ * One response header: name and value as byte strings (not NUL-terminated).
+ * A pointer may be NULL only when its length is 0.
+ */
+typedef struct lb_header {
+    /**
+     * The header name bytes (compared case-insensitively by the core).
+     */
+    const uint8_t *name;
+    /**
+     * The length of `name` in bytes.
+     */
+    size_t name_len;
+    /**
+     * The header value bytes.
+     */
+    const uint8_t *value;
+    /**
+     * The length of `value` in bytes.
+     */
+    size_t value_len;
+} lb_header;
+
+/**
+ * A create the caller performed itself (e.g. with an SDK's own HTTP
+ * client), handed over to lb_heartbeat_adopt_create(). Zero-initialize it
+ * (`lb_adopted_create c = {0};`) and fill in what applies; only read during
+ * the call.
+ */
+typedef struct lb_adopted_create {
+    /**
+     * The idempotency key the create used (header and body), NUL-terminated
+     * UTF-8 of 1..=256 characters. A same-key create retry reuses it.
+     */
+    const char *key;
+    /**
+     * The exact create request body sent (a JSON object whose
+     * `idempotency_key`, if present, equals `key`), `request_body_len`
+     * bytes; a create retry resends it byte for byte. NULL (with length 0)
+     * when the caller does not have it: a retry then sends the body the
+     * configuration builds (`create_request` plus `idempotency_key` and
+     * `ttl_ms`).
+     */
+    const uint8_t *request_body;
+    /**
+     * The length of `request_body` in bytes.
+     */
+    size_t request_body_len;
+    /**
+     * True when `sent_ns` holds when the create was sent; false when that
+     * is unknown, which makes the round trip unknown (HB-12: lead floor 0,
+     * an immediate first beat).
+     */
+    bool sent_known;
+    /**
+     * When the create was sent (monotonic ns, the clock of every later call).
+     */
+    uint64_t sent_ns;
+    /**
+     * When its outcome was observed (after the complete body), monotonic ns;
+     * not before `sent_ns`.
+     */
+    uint64_t received_ns;
+    /**
+     * `LB_ADOPTED_RESPONSE` or `LB_ADOPTED_FAILURE`.
+     */
+    lb_adopted_outcome outcome;
+    /**
+     * For a response: the HTTP status (100..=999).
+     */
+    uint32_t status;
+    /**
+     * For a response: `header_count` name/value pairs in arrival order
+     * (repeated headers repeat); NULL only with a count of 0.
+     */
+    const struct lb_header *headers;
+    /**
+     * The number of `headers`.
+     */
+    size_t header_count;
+    /**
+     * For a response: the raw body bytes; NULL only with a length of 0.
+     */
+    const uint8_t *body;
+    /**
+     * The length of `body` in bytes.
+     */
+    size_t body_len;
+    /**
+     * For a response: true when its round trip could not be measured
+     * (HB-12), even though `sent_ns` is known.
+     */
+    bool timing_unknown;
+    /**
+     * For a failure: `LB_FAILURE_TIMEOUT`, `LB_FAILURE_CONNECT` or
+     * `LB_FAILURE_RESET`.
+     */
+    lb_failure failure;
+} lb_adopted_create;
+
+/**
  * What the caller must do now: a value copy, valid after later calls.
  */
 typedef struct lb_action {
@@ -942,27 +1090,14 @@ typedef struct lb_action {
 } lb_action;
 
 /**
- * One response header: name and value as byte strings (not NUL-terminated).
- * A pointer may be NULL only when its length is 0.
+ * The create got an HTTP response (`status`, `headers`, `body`).
  */
-typedef struct lb_header {
-    /**
-     * The header name bytes (compared case-insensitively by the core).
-     */
-    const uint8_t *name;
-    /**
-     * The length of `name` in bytes.
-     */
-    size_t name_len;
-    /**
-     * The header value bytes.
-     */
-    const uint8_t *value;
-    /**
-     * The length of `value` in bytes.
-     */
-    size_t value_len;
-} lb_header;
+#define LB_ADOPTED_RESPONSE 0
+
+/**
+ * The create failed in transport (`failure`).
+ */
+#define LB_ADOPTED_FAILURE 1
 
 /**
  * The enforced per-attempt timeout fired.
@@ -1091,6 +1226,14 @@ enum lb_status lb_decision_clone(const struct lb_decision *decision, struct lb_d
  * Copies the plain fields of a decision into `*out`.
  */
 enum lb_status lb_decision_get(const struct lb_decision *decision, struct lb_decision_info *out);
+
+/**
+ * Copies the lease's instants of a decision (`proven_until`,
+ * `expires_at_ms`, `remaining_ttl_ms`) into `*out`, e.g. to update an SDK's
+ * context on every beat.
+ */
+enum lb_status lb_decision_get_instants(const struct lb_decision *decision,
+                                        struct lb_decision_instants *out);
 
 /**
  * Writes the number called `name` (NUL-terminated, one of the scenario
@@ -1436,6 +1579,30 @@ enum lb_status lb_heartbeat_new(const struct lb_config *cfg, struct lb_heartbeat
 enum lb_status lb_heartbeat_new_for_reservation(const struct lb_config *cfg,
                                                 const char *reservation_id,
                                                 struct lb_heartbeat **out);
+
+/**
+ * Takes over a lease whose create the caller performed itself: the create's
+ * key, send and receive instants and raw outcome are classified exactly as
+ * if the heartbeat had sent the create (HB-15: a success anchors the
+ * schedule with no priming extension; a timeout, reset, 5xx or ambiguous 2xx
+ * asks for the one same-key create retry with the caller's key; a 4xx stops
+ * `create_rejected`; and so on). The create counts as attempt 1 and its key
+ * as key 1. Extensions take keys from the configuration (random UUIDv4, or
+ * lb_config_set_key_prefix()).
+ *
+ * On success `*out` owns the heartbeat (free it with lb_heartbeat_free());
+ * its first decision is lb_heartbeat_last_decision()'s, and its next action
+ * lb_heartbeat_poll_action()'s. `cfg` and `create` are only read.
+ *
+ * Errors: `LB_STATUS_INVALID_CONFIG`, `LB_STATUS_INVALID_KEY` (a key of 0
+ * or more than 256 characters), `LB_STATUS_INVALID_ARGUMENT` (an unknown
+ * `outcome` or `failure`, a status outside 100..=999, `sent_ns` after
+ * `received_ns`, a `request_body` that is not a JSON object or whose
+ * `idempotency_key` differs from `key`), `LB_STATUS_INVALID_UTF8` (`key`).
+ */
+enum lb_status lb_heartbeat_adopt_create(const struct lb_config *cfg,
+                                         const struct lb_adopted_create *create,
+                                         struct lb_heartbeat **out);
 
 /**
  * Frees a heartbeat. NULL is a no-op. Decisions obtained from it stay valid.

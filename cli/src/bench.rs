@@ -75,7 +75,11 @@ fn thread_cpu_s() -> (f64, f64, f64) {
         };
         let f: Vec<&str> = rest.split_whitespace().collect();
         // rest starts at field 3 (state): utime is field 14, stime 15.
-        let ticks = |i: usize| f.get(i - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let ticks = |i: usize| {
+            f.get(i - 3)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
         let s = (ticks(14) + ticks(15)) / TICKS;
         let comm = comm.trim();
         if comm == "leasebeat-timer" {
