@@ -1283,7 +1283,9 @@ enum lb_status lb_decision_detail(const struct lb_decision *decision,
 /**
  * Copies the decision as the scenario format's emitted-decision JSON object
  * (`next`, `at` in ms, `key`, `key_index`, `reason`, `mode`, `numbers`,
- * `warnings`; without `id` and `step`, which only a replay knows) into `buf`
+ * `warnings`, and where they apply `proven_until` in ms or `"inf"`,
+ * `expires_at_ms`, `remaining_ttl_ms`; without `id` and `step`, which only a
+ * replay knows) into `buf`
  * as NUL-terminated compact UTF-8 JSON. Buffer convention of
  * lb_heartbeat_attempt_key(). Integers are exact (they may exceed 2^53).
  */
