@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # JVM binding (jvm/): builds libleasebeat_jni.so with cargo, then `mvn verify`:
-#  - Surefire: API, bad-input, concurrency tests and every tests/vectors/*.json replayed through
-#    the Java API, with the library loaded from java.library.path (cargo's output directory);
+#  - Surefire: API, bad-input, concurrency tests, every tests/vectors/*.json (and
+#    tests/vectors/pending-bindings/*.json) replayed through the Java API, and the adoption and
+#    runner tests against `leasebeat serve` (target/release/leasebeat), with the library loaded from java.library.path (cargo's output directory);
 #  - Javadoc with doclint (a missing comment fails the build) and the jars;
 #  - Failsafe (*IT): the same vectors against the packaged jar, with no java.library.path, so
 #    the library is extracted from the jar's resources.
@@ -10,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build --release --locked -p leasebeat-jni
+# `leasebeat serve`, which the adoption and runner tests start on 127.0.0.1.
+cargo build --release --locked -p leasebeat-cli
 native_dir="$(cd "${CARGO_TARGET_DIR:-target}/release" && pwd)"
 test -f "$native_dir/libleasebeat_jni.so"
 

@@ -4,3 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The published crate's docs (as docs.rs builds them, minus nightly's doc(cfg) badges).
+RUSTDOCFLAGS="-D warnings" cargo doc -p leasebeat --no-deps --features http --locked

@@ -1,5 +1,6 @@
 //! `leasebeat replay`.
 
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -11,8 +12,26 @@ fn load(path: &Path) -> Result<Scenario, String> {
     scenario::parse(&text).map_err(|e| e.to_string())
 }
 
+/// Writes one line to stdout. `Err(code)` ends the command: quietly with success when the
+/// reader went away (`leasebeat replay --emit ... | head`), with 74 (EX_IOERR) otherwise.
+fn line(text: std::fmt::Arguments<'_>) -> Result<(), ExitCode> {
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(text).and_then(|()| out.write_all(b"\n")) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Err(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("leasebeat replay: cannot write to stdout: {e}");
+            Err(ExitCode::from(74))
+        }
+    }
+}
+
 /// Replays `files`; with `emit`, prints decisions instead of checking them.
 pub fn run(files: &[PathBuf], emit: bool) -> ExitCode {
+    run_inner(files, emit).unwrap_or_else(|code| code)
+}
+
+fn run_inner(files: &[PathBuf], emit: bool) -> Result<ExitCode, ExitCode> {
     let (mut passed, mut failed, mut malformed) = (0usize, 0usize, 0usize);
     for path in files {
         let scenario = match load(path) {
@@ -26,7 +45,7 @@ pub fn run(files: &[PathBuf], emit: bool) -> ExitCode {
         let replay = scenario::replay_with(&scenario, !emit);
         if emit {
             for d in &replay.decisions {
-                println!("{}", Value::Object(d.clone()));
+                line(format_args!("{}", Value::Object(d.clone())))?;
             }
             if let Some(m) = &replay.mismatch {
                 eprintln!("{}: replay stopped at {m}", scenario.id);
@@ -37,22 +56,29 @@ pub fn run(files: &[PathBuf], emit: bool) -> ExitCode {
         match replay.mismatch {
             None => {
                 passed += 1;
-                println!("pass {}", scenario.id);
+                line(format_args!("pass {}", scenario.id))?;
             }
             Some(m) => {
                 failed += 1;
-                println!("FAIL {} ({}): {m}", scenario.id, path.display());
+                line(format_args!(
+                    "FAIL {} ({}): {m}",
+                    scenario.id,
+                    path.display()
+                ))?;
             }
         }
     }
     if !emit {
-        println!("{passed} passed, {} failed", failed + malformed);
+        line(format_args!(
+            "{passed} passed, {} failed",
+            failed + malformed
+        ))?;
     }
-    if malformed > 0 {
+    Ok(if malformed > 0 {
         ExitCode::from(2)
     } else if failed > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
-    }
+    })
 }

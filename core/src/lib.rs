@@ -14,7 +14,14 @@
 //! * [`Heartbeat`] is the per-reservation state machine.
 //! * [`arith`] holds the arithmetic alone, as pure functions.
 //! * [`schema`] holds the response checks (HB-18, P-1).
-//! * [`scenario`] reads and replays the shared scenario vectors.
+//!
+//! ## Features
+//!
+//! * `http` — a ready driver (`driver`): ureq (rustls) transport, one timer
+//!   thread and a bounded worker pool that run many heartbeats at once.
+//! * `testkit` — test tooling that is *not* part of the stable API:
+//!   `scenario` (reads and replays the shared scenario vectors) and `sim`
+//!   (the reference server's protocol model behind `leasebeat serve`).
 //!
 //! ## Decisions on points the protocol leaves open
 //!
@@ -44,16 +51,22 @@
 //!   `{"extend_by_ms":60000,"idempotency_key":"..."}`.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod arith;
 mod decision;
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod driver;
 mod error;
 mod heartbeat;
 mod keys;
+#[cfg(feature = "testkit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod scenario;
 pub mod schema;
+#[cfg(feature = "testkit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod sim;
 
 pub use decision::{

@@ -34,8 +34,8 @@ use jni::sys::{jboolean, jint, jlong};
 use jni::{Env, EnvUnowned};
 use leasebeat::arith;
 use leasebeat::{
-    Action, Attempt, Config, Decision, ErrorKind, Heartbeat, Next, Num, Response, SequentialKeys,
-    StopReason, TransportFailure,
+    Action, AdoptedCreate, Attempt, Config, CreateOutcome, Decision, ErrorKind, Heartbeat, Next,
+    Num, Response, SequentialKeys, StopReason, TransportFailure,
 };
 use serde_json::Value;
 
@@ -262,6 +262,10 @@ fn put_decision(w: &mut W, d: &Decision) {
     }
     w.str(d.outcome.as_str());
     w.opt_str(d.detail.as_deref());
+    // D-15 and the deciding success's instants (u64::MAX proven_until = +infinity).
+    w.opt_u64(d.proven_until_ns)
+        .opt_u64(d.expires_at_ms)
+        .opt_u64(d.remaining_ttl_ms);
     w.str(&Value::Object(d.to_json()).to_string());
 }
 
@@ -340,27 +344,10 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeNew<'c>(
     run(env, |env| {
         let create_request = opt_bytes(env, &create_request)?;
         let key_prefix = opt_bytes(env, &key_prefix)?;
-        let mut config = Config::new(
-            u64_of(ttl_ms),
-            (!timeout_unbounded).then(|| u64_of(timeout_bits)),
-        );
-        if let Some(json) = create_request {
-            match serde_json::from_slice::<Value>(&json) {
-                Ok(Value::Object(map)) => config.create_request = map,
-                Ok(_) => {
-                    return Ok(error_envelope(&leasebeat::Error::new(
-                        ErrorKind::InvalidConfig,
-                        "createRequestJson must be a JSON object",
-                    )));
-                }
-                Err(e) => {
-                    return Ok(error_envelope(&leasebeat::Error::new(
-                        ErrorKind::InvalidConfig,
-                        format!("createRequestJson is not valid JSON: {e}"),
-                    )));
-                }
-            }
-        }
+        let config = match config_of(ttl_ms, timeout_bits, timeout_unbounded, create_request) {
+            Ok(c) => c,
+            Err(e) => return Ok(error_envelope(&e)),
+        };
         let hb = match key_prefix {
             None => Heartbeat::new(config),
             Some(prefix) => match String::from_utf8(prefix) {
@@ -424,6 +411,130 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeForReservation<'c>(
         };
         Ok(handle_envelope(hb))
     })
+}
+
+/// `static native byte[] nativeAdopt(long ttlMs, long timeoutBits, boolean
+/// timeoutUnbounded, byte[] createRequestJson, byte[] keyPrefix, byte[] key,
+/// byte[] requestBody, boolean sentKnown, long sentNs, long receivedNs, int
+/// failure, int status, byte[] headers, byte[] body, boolean timingUnknown)`:
+/// `Heartbeat::adopt_create` (failure -1 = a response, else the transport
+/// failure code). OK payload: the handle (u64), then the first decision.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeAdopt<'c>(
+    env: EnvUnowned<'c>,
+    _class: JClass<'c>,
+    ttl_ms: jlong,
+    timeout_bits: jlong,
+    timeout_unbounded: jboolean,
+    create_request: JByteArray<'c>,
+    key_prefix: JByteArray<'c>,
+    key: JByteArray<'c>,
+    request_body: JByteArray<'c>,
+    sent_known: jboolean,
+    sent_ns: jlong,
+    received_ns: jlong,
+    failure: jint,
+    status: jint,
+    headers: JByteArray<'c>,
+    body: JByteArray<'c>,
+    timing_unknown: jboolean,
+) -> JByteArray<'c> {
+    run(env, |env| {
+        let create_request = opt_bytes(env, &create_request)?;
+        let key_prefix = opt_bytes(env, &key_prefix)?;
+        let key = opt_bytes(env, &key)?;
+        let request_body = opt_bytes(env, &request_body)?;
+        let headers = opt_bytes(env, &headers)?.unwrap_or_default();
+        let body = opt_bytes(env, &body)?.unwrap_or_default();
+        let config = match config_of(ttl_ms, timeout_bits, timeout_unbounded, create_request) {
+            Ok(c) => c,
+            Err(e) => return Ok(error_envelope(&e)),
+        };
+        let Some(key) = key else {
+            return Ok(arg_error("the adopted create's key is null"));
+        };
+        let Ok(key) = String::from_utf8(key) else {
+            return Ok(arg_error("the adopted create's key is not valid UTF-8"));
+        };
+        let outcome = if failure < 0 {
+            let Some(headers) = parse_headers(&headers) else {
+                return Ok(arg_error("malformed header encoding"));
+            };
+            let Ok(status) = u16::try_from(status) else {
+                return Ok(arg_error(&format!(
+                    "HTTP status must be within 100..=999, got {status}"
+                )));
+            };
+            let mut response = Response::new(status).body(body);
+            response.headers = headers;
+            if timing_unknown {
+                response = response.timing_unknown();
+            }
+            CreateOutcome::Response(response)
+        } else {
+            let Some(f) = parse_failure(failure) else {
+                return Ok(arg_error(&format!("unknown transport failure {failure}")));
+            };
+            CreateOutcome::Failure(f)
+        };
+        let create = AdoptedCreate {
+            key,
+            body: request_body,
+            sent_ns: sent_known.then(|| u64_of(sent_ns)),
+            received_ns: u64_of(received_ns),
+            outcome,
+        };
+        let adopted = match key_prefix {
+            None => Heartbeat::adopt_create(config, create),
+            Some(prefix) => match String::from_utf8(prefix) {
+                Ok(prefix) => Heartbeat::adopt_create_with_key_source(
+                    config,
+                    create,
+                    Box::new(SequentialKeys::new(prefix)),
+                ),
+                Err(_) => return Ok(arg_error("keyPrefix is not valid UTF-8")),
+            },
+        };
+        Ok(envelope(adopted.map(|(hb, first)| {
+            let raw = Box::into_raw(Box::new(Handle { hb: Mutex::new(hb) }));
+            let mut w = W::ok();
+            w.u64(raw as usize as u64);
+            put_decision(&mut w, &first);
+            w
+        })))
+    })
+}
+
+/// The core configuration from the Java builder's values.
+fn config_of(
+    ttl_ms: jlong,
+    timeout_bits: jlong,
+    timeout_unbounded: jboolean,
+    create_request: Option<Vec<u8>>,
+) -> Result<Config, leasebeat::Error> {
+    let mut config = Config::new(
+        u64_of(ttl_ms),
+        (!timeout_unbounded).then(|| u64_of(timeout_bits)),
+    );
+    if let Some(json) = create_request {
+        match serde_json::from_slice::<Value>(&json) {
+            Ok(Value::Object(map)) => config.create_request = map,
+            Ok(_) => {
+                return Err(leasebeat::Error::new(
+                    ErrorKind::InvalidConfig,
+                    "createRequestJson must be a JSON object",
+                ));
+            }
+            Err(e) => {
+                return Err(leasebeat::Error::new(
+                    ErrorKind::InvalidConfig,
+                    format!("createRequestJson is not valid JSON: {e}"),
+                ));
+            }
+        }
+    }
+    Ok(config)
 }
 
 /// `static native void nativeFree(long handle)`: frees a handle; 0 is a no-op.

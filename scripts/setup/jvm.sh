@@ -8,8 +8,9 @@ command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v unzip >/dev/null 2>&1 || need+=(unzip)
 if [ "${#need[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update
-  apt-get install -y --no-install-recommends "${need[@]}"
+  SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update
+  $SUDO apt-get install -y --no-install-recommends "${need[@]}"
 fi
 javac -version
 mvn -B -Dstyle.color=never --version

@@ -14,8 +14,9 @@ have_python() {
 
 if ! have_python; then
   if command -v apt-get >/dev/null 2>&1; then
-    apt-get update
-    apt-get install -y --no-install-recommends python3 python3-venv python3-pip
+    SUDO=""; if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update
+    $SUDO apt-get install -y --no-install-recommends python3 python3-venv python3-pip
   fi
 fi
 have_python || { echo "setup/python.sh: need CPython >= 3.10 with venv and ensurepip" >&2; exit 1; }

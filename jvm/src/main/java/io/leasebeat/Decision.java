@@ -26,6 +26,16 @@ import java.util.OptionalLong;
  * @param warnings warnings (only {@link Warning#EXTENSION_BUDGET_DEPLETING} exists)
  * @param outcome how the deciding outcome was classified
  * @param detail a human-readable detail (e.g. the Retry-After problem, the error code)
+ * @param provenUntil D-15: until when the lease is proven alive, in nanoseconds since the origin
+ *     (like {@link #at()}): the receipt of the last primary-path success plus its lead floor.
+ *     {@link Num#INF} means +infinity (the sum overflowed; see {@link #provenForever()}). Empty
+ *     before the first success and on the fallback path, which proves nothing. Present on every
+ *     primary-path decision, retries and stops included. Reaching it without a newer success puts
+ *     the lease in jeopardy.
+ * @param expiresAtMs the deciding success's {@code expires_at_ms} (the server's clock, ms since the
+ *     Unix epoch), when this decision answers a success that carried it
+ * @param remainingTtlMs the deciding success's {@code remaining_ttl_ms}, when this decision answers
+ *     a success that carried it
  * @param originNanos the {@link System#nanoTime()} value of the heartbeat's time 0
  * @param json the core's emitted-decision JSON object
  */
@@ -41,6 +51,9 @@ public record Decision(
     List<Warning> warnings,
     OutcomeClass outcome,
     Optional<String> detail,
+    Optional<Num> provenUntil,
+    OptionalLong expiresAtMs,
+    OptionalLong remainingTtlMs,
     long originNanos,
     String json) {
 
@@ -58,6 +71,9 @@ public record Decision(
    * @param warnings see {@link #warnings()}
    * @param outcome see {@link #outcome()}
    * @param detail see {@link #detail()}
+   * @param provenUntil see {@link #provenUntil()}
+   * @param expiresAtMs see {@link #expiresAtMs()}
+   * @param remainingTtlMs see {@link #remainingTtlMs()}
    * @param originNanos see {@link #originNanos()}
    * @param json see {@link #json()}
    */
@@ -73,6 +89,13 @@ public record Decision(
     warnings = List.copyOf(warnings);
     Objects.requireNonNull(outcome, "outcome");
     Objects.requireNonNull(detail, "detail");
+    Objects.requireNonNull(provenUntil, "provenUntil");
+    Objects.requireNonNull(expiresAtMs, "expiresAtMs");
+    Objects.requireNonNull(remainingTtlMs, "remainingTtlMs");
+    if (provenUntil.isPresent()
+        && (provenUntil.get().signum() < 0 || provenUntil.get().equals(Num.NEG_INF))) {
+      throw new IllegalArgumentException("provenUntil must not be negative");
+    }
     Objects.requireNonNull(json, "json");
     if (send.isPresent() == stopReason.isPresent()) {
       throw new IllegalArgumentException("exactly one of send and stopReason must be present");
@@ -110,9 +133,33 @@ public record Decision(
   }
 
   /**
+   * D-15 as a {@link System#nanoTime()} value: until when the lease is proven alive. Empty when
+   * nothing is proven ({@link #provenUntil()} empty), when it is +infinity ({@link
+   * #provenForever()}), or more than {@code Long.MAX_VALUE} ns after the origin (which a runner
+   * treats like +infinity: no nanoTime value reaches it).
+   *
+   * @return the nanoTime value
+   */
+  public OptionalLong provenUntilNanoTime() {
+    return provenUntil.map(p -> Times.nanoTime(originNanos, p)).orElse(OptionalLong.empty());
+  }
+
+  /**
+   * True when the proven lead is +infinity: receipt plus lead floor overflowed (P-2), so no instant
+   * ever puts this lease in jeopardy on its own. False when nothing is proven or the instant is
+   * finite.
+   *
+   * @return whether proven until +infinity
+   */
+  public boolean provenForever() {
+    return provenUntil.map(Num::isInfinite).orElse(false);
+  }
+
+  /**
    * The core's emitted-decision JSON object: {@code next}, {@code at} (ms since the origin),
    * {@code key}, {@code key_index}, {@code reason}, {@code mode}, {@code numbers}, {@code
-   * warnings}. A decision printed this way can be pasted into a scenario vector as its expect.
+   * warnings}, and where they apply {@code proven_until} (ms since the origin, or {@code "inf"}),
+   * {@code expires_at_ms} and {@code remaining_ttl_ms}. A decision printed this way can be pasted into a scenario vector as its expect.
    *
    * @return the JSON text
    */

@@ -3,15 +3,11 @@ package io.leasebeat;
 import java.lang.ref.Cleaner;
 import java.lang.ref.Reference;
 import java.math.BigInteger;
-import java.nio.ByteBuffer;
-import java.nio.CharBuffer;
-import java.nio.charset.CharacterCodingException;
-import java.nio.charset.CodingErrorAction;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.OptionalLong;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
 import java.util.function.LongFunction;
@@ -20,8 +16,9 @@ import java.util.function.LongFunction;
  * The heartbeat of one Cycles reservation: a sans-IO state machine that decides when to extend the
  * lease, when to retry with the same idempotency key, and when to stop.
  *
- * <p>It starts with a create attempt, or, for a reservation created elsewhere ({@link
- * Builder#reservationId(String)}), with an immediate extension. The caller sends what {@link
+ * <p>It starts with a create attempt; or takes over a create the caller already performed ({@link
+ * Builder#adopt(AdoptedCreate)}); or, for a reservation created elsewhere whose create response is
+ * unknown ({@link Builder#reservationId(String)}), starts with an immediate extension. The caller sends what {@link
  * #pollAction()} asks for, reports it with {@link #handleSent}, then reports the outcome with
  * {@link #handleResponse} or {@link #handleFailure} (or ends it with {@link #cancel}). Each
  * outcome yields a {@link Decision}. A call that throws {@link LeaseException} changes nothing.
@@ -35,7 +32,9 @@ import java.util.function.LongFunction;
  * origin is refused with {@link LeaseException.Code#TIME_WENT_BACKWARDS}, as is a time before the
  * previous event. Due times come back as nanoseconds since the origin ({@link Decision#at()}) and,
  * for convenience, as nanoTime values and delays ({@link Decision#delayNanos(long)}). Times more
- * than 2^63-1 ns (292 years) after the origin cannot be expressed.
+ * than 2^63-1 ns (292 years) after the origin cannot be expressed. {@code Long.MIN_VALUE} is
+ * refused everywhere with {@link IllegalArgumentException}: it is no nanoTime value a caller can
+ * mean (a difference with it wraps), typically an uninitialized or sentinel time.
  *
  * <h2>Threads and closing</h2>
  *
@@ -75,13 +74,17 @@ public final class Heartbeat implements AutoCloseable {
 
   private final long handle;
   private final long origin;
+  private final long timeoutBits;
+  private final boolean timeoutUnbounded;
   private final Cleaner.Cleanable cleanable;
   private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
   private boolean closed; // guarded by lock
 
-  private Heartbeat(long handle, long origin) {
+  private Heartbeat(long handle, long origin, long timeoutBits, boolean timeoutUnbounded) {
     this.handle = handle;
     this.origin = origin;
+    this.timeoutBits = timeoutBits;
+    this.timeoutUnbounded = timeoutUnbounded;
     LIVE_HANDLES.incrementAndGet();
     this.cleanable = CLEANER.register(this, new Free(handle));
   }
@@ -180,8 +183,10 @@ public final class Heartbeat implements AutoCloseable {
      *
      * @param json a JSON object, or null for none
      * @return this builder
+     * @throws IllegalArgumentException if it holds an unpaired surrogate (no UTF-8 form)
      */
     public Builder createRequestJson(String json) {
+      Utf8.encodeNullable(json, "createRequestJson");
       this.createRequestJson = json;
       return this;
     }
@@ -209,20 +214,7 @@ public final class Heartbeat implements AutoCloseable {
      */
     public Builder reservationId(String reservationId) {
       Objects.requireNonNull(reservationId, "reservationId");
-      try {
-        ByteBuffer b =
-            StandardCharsets.UTF_8
-                .newEncoder()
-                .onMalformedInput(CodingErrorAction.REPORT)
-                .onUnmappableCharacter(CodingErrorAction.REPORT)
-                .encode(CharBuffer.wrap(reservationId));
-        byte[] bytes = new byte[b.remaining()];
-        b.get(bytes);
-        this.reservationIdUtf8 = bytes;
-      } catch (CharacterCodingException e) {
-        throw new IllegalArgumentException(
-            "reservationId is not valid Unicode (an unpaired surrogate)", e);
-      }
+      this.reservationIdUtf8 = Utf8.encode(reservationId, "reservationId");
       return this;
     }
 
@@ -232,8 +224,10 @@ public final class Heartbeat implements AutoCloseable {
      *
      * @param prefix the prefix, or null for UUIDv4 keys
      * @return this builder
+     * @throws IllegalArgumentException if it holds an unpaired surrogate (no UTF-8 form)
      */
     public Builder keyPrefix(String prefix) {
+      Utf8.encodeNullable(prefix, "keyPrefix");
       this.keyPrefix = prefix;
       return this;
     }
@@ -244,8 +238,11 @@ public final class Heartbeat implements AutoCloseable {
      *
      * @param originNanos a nanoTime value
      * @return this builder
+     * @throws IllegalArgumentException for {@code Long.MIN_VALUE}, which is no time (see {@link
+     *     Heartbeat})
      */
     public Builder originNanos(long originNanos) {
+      checkTime(originNanos, "originNanos");
       this.originNanos = originNanos;
       return this;
     }
@@ -269,22 +266,155 @@ public final class Heartbeat implements AutoCloseable {
                 + " exclude each other");
       }
       long origin = originNanos != null ? originNanos : System.nanoTime();
-      byte[] prefix = keyPrefix == null ? null : keyPrefix.getBytes(StandardCharsets.UTF_8);
+      byte[] prefix = Utf8.encodeNullable(keyPrefix, "keyPrefix");
       byte[] envelope;
       if (reservationIdUtf8 != null) {
         envelope =
             NativeBridge.nativeForReservation(
                 ttlMillis, timeoutBits, timeoutUnbounded, reservationIdUtf8, prefix);
       } else {
-        byte[] create =
-            createRequestJson == null ? null : createRequestJson.getBytes(StandardCharsets.UTF_8);
+        byte[] create = Utf8.encodeNullable(createRequestJson, "createRequestJson");
         envelope = NativeBridge.nativeNew(ttlMillis, timeoutBits, timeoutUnbounded, create, prefix);
       }
-      return new Heartbeat(Wire.open(envelope).u64(), origin);
+      return new Heartbeat(Wire.open(envelope).u64(), origin, timeoutBits, timeoutUnbounded);
+    }
+
+    /**
+     * Takes over a lease whose create the caller already performed with its own HTTP client (an
+     * SDK's create), instead of sending one: the create's outcome is classified exactly as if the
+     * heartbeat had sent it (HB-15). A success anchors the schedule with the create's round trip
+     * and {@code remaining_ttl_ms}, with no priming extension; an ambiguous or transient outcome
+     * asks for the one same-key create retry, with the caller's key (and {@link
+     * AdoptedCreate.Builder#requestBody(byte[]) body}); a 4xx stops {@link
+     * StopReason#CREATE_REJECTED}; and so on. The create counts as attempt 1 and its key as key 1.
+     *
+     * <p>Use this, not {@link #reservationId(String)}, whenever the create's response is at hand:
+     * that one spends an extension at once and stops on an early transient failure.
+     *
+     * <p>Time: without {@link #originNanos(long)}, the origin is the create's send time (its
+     * receive time when the send time is unknown), so every later time must be at or after it.
+     * This builder's ttl and request timeout must be those the create used; {@link
+     * #createRequestJson(String)} is used only for a create retry without {@link
+     * AdoptedCreate.Builder#requestBody(byte[])}.
+     *
+     * @param create the create the caller performed
+     * @return the heartbeat (close it) and its first decision
+     * @throws NullPointerException if {@code create} is null
+     * @throws IllegalStateException if {@link #reservationId(String)} was set
+     * @throws LeaseException {@link LeaseException.Code#INVALID_CONFIG} for the configuration,
+     *     {@link LeaseException.Code#INVALID_KEY} for a key of 0 or more than 256 characters, {@link
+     *     LeaseException.Code#INVALID_ARGUMENT} for a request body that is not a JSON object with
+     *     this key, or a send time after the receive time; {@link
+     *     LeaseException.Code#TIME_WENT_BACKWARDS} for a time before an explicit origin
+     */
+    public Adopted adopt(AdoptedCreate create) {
+      Objects.requireNonNull(create, "create");
+      if (reservationIdUtf8 != null) {
+        throw new IllegalStateException(
+            "reservationId (heartbeat an existing reservation) and adopt (take over a create)"
+                + " exclude each other");
+      }
+      long origin = originNanos != null ? originNanos : create.earliestNanos();
+      long received = sinceOrigin(create.receivedNanos(), origin);
+      long sent = create.sentNanos().isPresent() ? sinceOrigin(create.sentNanos().getAsLong(), origin) : 0;
+      byte[] prefix = Utf8.encodeNullable(keyPrefix, "keyPrefix");
+      byte[] createJson = Utf8.encodeNullable(createRequestJson, "createRequestJson");
+      Response r = create.response().orElse(null);
+      byte[] headers = null;
+      byte[] body = null;
+      int failure = -1;
+      int status = 0;
+      boolean timingUnknown = false;
+      if (r != null) {
+        headers = headerPairs(r);
+        body = r.rawBody();
+        status = r.status();
+        timingUnknown = r.timingUnknown();
+      } else {
+        failure = failureCode(create.failure().orElseThrow());
+      }
+      Wire w =
+          Wire.open(
+              NativeBridge.nativeAdopt(
+                  ttlMillis,
+                  timeoutBits,
+                  timeoutUnbounded,
+                  createJson,
+                  prefix,
+                  create.keyUtf8(),
+                  create.rawRequestBody(),
+                  create.sentNanos().isPresent(),
+                  sent,
+                  received,
+                  failure,
+                  status,
+                  headers,
+                  body,
+                  timingUnknown));
+      Heartbeat hb = new Heartbeat(w.u64(), origin, timeoutBits, timeoutUnbounded);
+      Decision first;
+      try {
+        first = w.decision(origin);
+      } catch (RuntimeException e) {
+        hb.close();
+        throw e;
+      }
+      return new Adopted(hb, first);
     }
   }
 
+  /**
+   * {@code builder.adopt(create)}: takes over a lease whose create the caller already performed.
+   * See {@link Builder#adopt(AdoptedCreate)}.
+   *
+   * @param config the configuration the create used (ttl, request timeout)
+   * @param create the create the caller performed
+   * @return the heartbeat (close it) and its first decision
+   */
+  public static Adopted adoptCreate(Builder config, AdoptedCreate create) {
+    return Objects.requireNonNull(config, "config").adopt(create);
+  }
+
   // ----- plumbing -----
+
+  /** Refuses Long.MIN_VALUE, which no nanoTime difference can reach (its negation overflows). */
+  static void checkTime(long nanos, String what) {
+    if (nanos == Long.MIN_VALUE) {
+      throw new IllegalArgumentException(
+          what + " must be a System.nanoTime() value, got Long.MIN_VALUE");
+    }
+  }
+
+  private static long sinceOrigin(long nowNanos, long origin) {
+    long since = nowNanos - origin;
+    if (since < 0) {
+      throw new LeaseException(
+          LeaseException.Code.TIME_WENT_BACKWARDS,
+          "time " + nowNanos + " is before this heartbeat's origin " + origin);
+    }
+    return since;
+  }
+
+  private static byte[] headerPairs(Response response) {
+    List<String[]> pairs = new ArrayList<>(response.headers().size());
+    for (Header h : response.headers()) {
+      pairs.add(new String[] {h.name(), h.value()});
+    }
+    return Wire.pairs(pairs);
+  }
+
+  private static int failureCode(TransportFailure failure) {
+    switch (failure) {
+      case TIMEOUT:
+        return 0;
+      case CONNECT:
+        return 1;
+      case RESET:
+        return 2;
+      default:
+        throw new IllegalArgumentException("unknown failure " + failure);
+    }
+  }
 
   private byte[] call(LongFunction<byte[]> f) {
     ReentrantReadWriteLock.ReadLock read = lock.readLock();
@@ -302,13 +432,8 @@ public final class Heartbeat implements AutoCloseable {
   }
 
   private long core(long nowNanos) {
-    long since = nowNanos - origin;
-    if (since < 0) {
-      throw new LeaseException(
-          LeaseException.Code.TIME_WENT_BACKWARDS,
-          "time " + nowNanos + " is before this heartbeat's origin " + origin);
-    }
-    return since;
+    checkTime(nowNanos, "nowNanos");
+    return sinceOrigin(nowNanos, origin);
   }
 
   private static void checkId(long attemptId) {
@@ -449,6 +574,17 @@ public final class Heartbeat implements AutoCloseable {
   }
 
   /**
+   * The request timeout (the enforced bound of one whole attempt) this heartbeat was built with, in
+   * milliseconds: empty when unbounded, or above {@code Long.MAX_VALUE}. Runners use it as the
+   * attempt deadline.
+   *
+   * @return milliseconds
+   */
+  public OptionalLong requestTimeoutMillis() {
+    return timeoutUnbounded || timeoutBits < 0 ? OptionalLong.empty() : OptionalLong.of(timeoutBits);
+  }
+
+  /**
    * The nanoTime value that is time 0 for the core.
    *
    * @return the origin
@@ -510,11 +646,7 @@ public final class Heartbeat implements AutoCloseable {
     checkId(attemptId);
     Objects.requireNonNull(response, "response");
     long now = core(nowNanos);
-    List<String[]> pairs = new ArrayList<>(response.headers().size());
-    for (Header h : response.headers()) {
-      pairs.add(new String[] {h.name(), h.value()});
-    }
-    byte[] headers = Wire.pairs(pairs);
+    byte[] headers = headerPairs(response);
     byte[] body = response.rawBody();
     return Wire.open(
             call(
@@ -541,20 +673,7 @@ public final class Heartbeat implements AutoCloseable {
     checkId(attemptId);
     Objects.requireNonNull(failure, "failure");
     long now = core(nowNanos);
-    int code;
-    switch (failure) {
-      case TIMEOUT:
-        code = 0;
-        break;
-      case CONNECT:
-        code = 1;
-        break;
-      case RESET:
-        code = 2;
-        break;
-      default:
-        throw new IllegalArgumentException("unknown failure " + failure);
-    }
+    int code = failureCode(failure);
     return Wire.open(call(h -> NativeBridge.nativeFailure(h, attemptId, code, now))).decision(origin);
   }
 

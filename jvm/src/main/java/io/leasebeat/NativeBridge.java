@@ -21,6 +21,23 @@ final class NativeBridge {
   static native byte[] nativeForReservation(
       long ttlMs, long timeoutBits, boolean timeoutUnbounded, byte[] reservationId, byte[] keyPrefix);
 
+  static native byte[] nativeAdopt(
+      long ttlMs,
+      long timeoutBits,
+      boolean timeoutUnbounded,
+      byte[] createRequestJson,
+      byte[] keyPrefix,
+      byte[] key,
+      byte[] requestBody,
+      boolean sentKnown,
+      long sentNs,
+      long receivedNs,
+      int failure,
+      int status,
+      byte[] headers,
+      byte[] body,
+      boolean timingUnknown);
+
   static native void nativeFree(long handle);
 
   static native byte[] nativeSent(long handle, long attemptId, long nowNs);

@@ -1,5 +1,8 @@
 package io.leasebeat;
 
+import java.net.http.HttpHeaders;
+import java.net.http.HttpResponse;
+import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -53,6 +56,49 @@ public final class Response {
   }
 
   /**
+   * A response from the parts {@code java.net.http.HttpResponse} offers.
+   *
+   * @param status the HTTP status, 100..999
+   * @param headers the headers (any case; repeated values repeat)
+   * @param body the body bytes
+   * @return the response
+   * @throws IllegalArgumentException if the status is outside 100..999
+   * @throws NullPointerException if an argument is null
+   */
+  public static Response of(int status, HttpHeaders headers, byte[] body) {
+    return of(status).withHeaders(headers).withBody(body);
+  }
+
+  /**
+   * A response from a {@code java.net.http.HttpResponse} whose body is a {@code byte[]} ({@code
+   * BodyHandlers.ofByteArray()}), a {@code String} ({@code ofString()}, sent to the core as UTF-8),
+   * a {@code ByteBuffer}, or null (no body).
+   *
+   * @param response the response, after its complete body was received
+   * @return the response
+   * @throws IllegalArgumentException if the body is of another type (e.g. an {@code InputStream},
+   *     which would have to be read first) or the status is outside 100..999
+   * @throws NullPointerException if {@code response} is null
+   */
+  public static Response from(HttpResponse<?> response) {
+    Objects.requireNonNull(response, "response");
+    Response r = of(response.statusCode()).withHeaders(response.headers());
+    Object body = response.body();
+    if (body == null) {
+      return r;
+    } else if (body instanceof byte[]) {
+      return r.withBody((byte[]) body);
+    } else if (body instanceof String) {
+      return r.withBody((String) body);
+    } else if (body instanceof ByteBuffer) {
+      return r.withBody((ByteBuffer) body);
+    }
+    throw new IllegalArgumentException(
+        "the response body must be a byte[], String or ByteBuffer (read it completely first), got "
+            + body.getClass().getName());
+  }
+
+  /**
    * This response with one more header.
    *
    * @param name the name
@@ -68,8 +114,9 @@ public final class Response {
   /**
    * This response with more headers: each name with each of its values, in the map's order.
    *
-   * @param headers header name to its values
+   * @param headers header name to its values (names in any case)
    * @return a new response
+   * @throws NullPointerException if the map, a name, a value list or a value is null
    */
   public Response withHeaders(Map<String, List<String>> headers) {
     Objects.requireNonNull(headers, "headers");
@@ -82,6 +129,44 @@ public final class Response {
           }
         });
     return new Response(status, h, body, timingUnknown);
+  }
+
+  /**
+   * This response with more headers: each name with each of its values, as {@code HttpHeaders}
+   * holds them.
+   *
+   * @param headers the headers
+   * @return a new response
+   * @throws NullPointerException if null
+   */
+  public Response withHeaders(HttpHeaders headers) {
+    return withHeaders(Objects.requireNonNull(headers, "headers").map());
+  }
+
+  /**
+   * This response with this body: the remaining bytes of {@code body} (copied; its position does
+   * not move).
+   *
+   * @param body the raw body bytes
+   * @return a new response
+   * @throws NullPointerException if null
+   */
+  public Response withBody(ByteBuffer body) {
+    return new Response(
+        status, headers, Utf8.bytesOf(Objects.requireNonNull(body, "body")), timingUnknown);
+  }
+
+  /**
+   * This response with this body, as UTF-8 (for a client that decoded the body to text).
+   *
+   * @param body the body text
+   * @return a new response
+   * @throws NullPointerException if null
+   * @throws IllegalArgumentException if it holds an unpaired surrogate (it has no UTF-8 form)
+   */
+  public Response withBody(String body) {
+    return new Response(
+        status, headers, Utf8.encode(Objects.requireNonNull(body, "body"), "body"), timingUnknown);
   }
 
   /**

@@ -142,10 +142,25 @@ final class Wire {
     }
     OutcomeClass outcome = OutcomeClass.fromWire(str());
     Optional<String> detail = optStr();
+    OptionalLong provenNs = optU64();
+    Optional<Num> provenUntil =
+        provenNs.isPresent()
+            ? Optional.of(provenNs.getAsLong() == -1L ? Num.INF : Num.ofUnsigned(provenNs.getAsLong()))
+            : Optional.empty();
+    OptionalLong expiresAtMs = signed(optU64(), "expires_at_ms");
+    OptionalLong remainingTtlMs = signed(optU64(), "remaining_ttl_ms");
     String json = str();
     return new Decision(
         reservationId, send, stop, at, key, keyIndex, mode, Numbers.of(numbers), warnings, outcome,
-        detail, origin, json);
+        detail, provenUntil, expiresAtMs, remainingTtlMs, origin, json);
+  }
+
+  /** A u64 the core bounds to 0..2^63-1 (values above are ambiguous, P-1). */
+  private static OptionalLong signed(OptionalLong v, String what) {
+    if (v.isPresent() && v.getAsLong() < 0) {
+      throw new IllegalStateException("leasebeat: " + what + " above 2^63-1 from the core");
+    }
+    return v;
   }
 
   Attempt attempt(long origin) {
@@ -171,13 +186,17 @@ final class Wire {
         origin);
   }
 
-  /** Encodes (name, value) pairs: u32 count, then u32 length + UTF-8 bytes of each. */
+  /**
+   * Encodes (name, value) pairs: u32 count, then u32 length + UTF-8 bytes of each.
+   *
+   * @throws IllegalArgumentException if a name or value holds an unpaired surrogate
+   */
   static byte[] pairs(List<String[]> pairs) {
     ByteArrayOutputStream out = new ByteArrayOutputStream();
     writeInt(out, pairs.size());
     for (String[] p : pairs) {
       for (String s : p) {
-        byte[] b = s.getBytes(StandardCharsets.UTF_8);
+        byte[] b = Utf8.encode(s, "header " + (s == p[0] ? "name " : "value of ") + p[0]);
         writeInt(out, b.length);
         out.write(b, 0, b.length);
       }

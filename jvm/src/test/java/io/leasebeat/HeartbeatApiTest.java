@@ -311,7 +311,7 @@ class HeartbeatApiTest {
       assertThrows(IllegalArgumentException.class, () -> Response.of(1000));
       assertThrows(NullPointerException.class, () -> hb.handleResponse(1, null, 6 * MS));
       assertThrows(NullPointerException.class, () -> hb.handleFailure(1, null, 6 * MS));
-      assertThrows(NullPointerException.class, () -> Response.of(200).withBody(null));
+      assertThrows(NullPointerException.class, () -> Response.of(200).withBody((byte[]) null));
       assertThrows(NullPointerException.class, () -> Response.of(200).withHeader("a", null));
       // Nothing changed: the attempt is still in flight and accepts its outcome.
       assertEquals(Action.Type.AWAIT_OUTCOME, hb.pollAction().type());

@@ -46,9 +46,21 @@ final class VectorReplay {
     return Paths.get(System.getProperty("leasebeat.vectors.dir", "../tests/vectors"));
   }
 
-  /** Every *.json file of the vector directory, sorted. */
+  /**
+   * Every *.json file of the vector directory, then of its pending-bindings/ folder (vectors the
+   * lead moves into the main folder once every binding replays them; the folder may be gone).
+   */
   static List<Path> vectorFiles() throws IOException {
-    try (Stream<Path> s = Files.list(vectorsDir())) {
+    List<Path> files = new ArrayList<>(jsonFiles(vectorsDir()));
+    Path pending = vectorsDir().resolve("pending-bindings");
+    if (Files.isDirectory(pending)) {
+      files.addAll(jsonFiles(pending));
+    }
+    return files;
+  }
+
+  private static List<Path> jsonFiles(Path dir) throws IOException {
+    try (Stream<Path> s = Files.list(dir)) {
       return s.filter(p -> p.getFileName().toString().endsWith(".json"))
           .sorted()
           .collect(Collectors.toList());
@@ -132,16 +144,51 @@ final class VectorReplay {
       builder.requestTimeoutMillis(timeout.bigIntegerValue());
     }
     int checked = 0;
-    try (Heartbeat hb = builder.build()) {
-      Set<String> usedKeys = new HashSet<>();
-      String lastKey = null;
-      byte[] lastBody = null;
-      JsonNode steps = root.get("steps");
+    JsonNode steps = root.get("steps");
+    Heartbeat built;
+    Decision adoptedFirst = null;
+    Set<String> usedKeys = new HashSet<>();
+    String lastKey = null;
+    byte[] lastBody = null;
+    JsonNode first = steps.get(0);
+    if (first.has("adopt")) {
+      JsonNode adopt = first.get("adopt");
+      AdoptedCreate.Builder create =
+          AdoptedCreate.builder()
+              .key(adopt.get("key").textValue())
+              .receivedNanos(msToNs(first.get("at")));
+      if (adopt.has("sent")) {
+        create.sentNanos(msToNs(adopt.get("sent")));
+      }
+      if (adopt.has("request")) {
+        lastBody = MAPPER.writeValueAsBytes(adopt.get("request"));
+        create.requestBody(lastBody);
+      }
+      if (adopt.has("recv")) {
+        create.response(parseRecv(adopt.get("recv")));
+      } else if (adopt.has("fail")) {
+        create.failure(TransportFailure.fromWire(adopt.get("fail").textValue()));
+      } else {
+        throw new IllegalArgumentException(id + ": adopt has neither recv nor fail");
+      }
+      Adopted adopted = builder.adopt(create.build());
+      built = adopted.heartbeat();
+      adoptedFirst = adopted.decision();
+      lastKey = adopt.get("key").textValue();
+      usedKeys.add(lastKey);
+    } else {
+      built = builder.build();
+    }
+    try (Heartbeat hb = built) {
       for (int i = 0; i < steps.size(); i++) {
         JsonNode step = steps.get(i);
         long at = msToNs(step.get("at"));
         Decision d;
-        if (step.has("send")) {
+        if (i == 0 && adoptedFirst != null) {
+          d = adoptedFirst;
+        } else if (step.has("adopt")) {
+          throw new IllegalArgumentException(id + ": step " + i + ": adopt must be the first step");
+        } else if (step.has("send")) {
           Action a = hb.pollAction();
           if (a.type() != Action.Type.SEND) {
             throw new Mismatch(id, i, "send", "send " + step.get("send").textValue(), a);
@@ -170,10 +217,11 @@ final class VectorReplay {
         // The harness's own check of S-4: what the key claim means in bytes.
         if (d.key().isPresent()) {
           Attempt cur = hb.attempt().orElseThrow();
+          // After an adopted create without its request body, only the key can be compared.
           boolean ok =
               d.key().get() == KeyUse.NEW
                   ? !usedKeys.contains(cur.key())
-                  : cur.key().equals(lastKey) && Arrays.equals(cur.body(), lastBody);
+                  : cur.key().equals(lastKey) && (lastBody == null || Arrays.equals(cur.body(), lastBody));
           if (!ok) {
             throw new Mismatch(id, i, "key", d.key().get().wire() + " key really " + d.key().get().wire(), cur.key());
           }
@@ -213,6 +261,19 @@ final class VectorReplay {
         throw new Mismatch(id, step, "toJson().numbers." + e.getKey(), e.getValue(), jn.get(e.getKey()));
       }
     }
+    JsonNode jp = j.get("proven_until");
+    Optional<Num> provenFromJson =
+        jp == null
+            ? Optional.empty()
+            : Optional.of(jp.isTextual() ? Num.parse(jp.textValue()) : Num.of(BigInteger.valueOf(msToNs(jp))));
+    if (!provenFromJson.equals(d.provenUntil())) {
+      throw new Mismatch(id, step, "toJson().proven_until", d.provenUntil(), jp);
+    }
+    if (d.provenForever() != provenFromJson.map(Num::isInfinite).orElse(false)) {
+      throw new Mismatch(id, step, "provenForever()", provenFromJson, d.provenForever());
+    }
+    checkLongAgrees(id, step, "expires_at_ms", j, d.expiresAtMs());
+    checkLongAgrees(id, step, "remaining_ttl_ms", j, d.remainingTtlMs());
     if (d.at().isPresent()) {
       Num at = d.at().get();
       JsonNode ja = j.get("at");
@@ -220,6 +281,16 @@ final class VectorReplay {
       if (!fromJson.equals(at)) {
         throw new Mismatch(id, step, "toJson().at", at, ja);
       }
+    }
+  }
+
+  private static void checkLongAgrees(
+      String id, int step, String field, JsonNode json, java.util.OptionalLong got) {
+    JsonNode v = json.get(field);
+    java.util.OptionalLong fromJson =
+        v == null ? java.util.OptionalLong.empty() : java.util.OptionalLong.of(v.bigIntegerValue().longValueExact());
+    if (!fromJson.equals(got)) {
+      throw new Mismatch(id, step, "toJson()." + field, got, v);
     }
   }
 
@@ -252,6 +323,28 @@ final class VectorReplay {
           }
         case "key":
           same(id, step, field, want, d.key().map(KeyUse::wire));
+          break;
+        case "proven_until":
+          {
+            Optional<Num> w =
+                want.isNull()
+                    ? Optional.empty()
+                    : Optional.of(want.isTextual() ? Num.parse(want.textValue()) : Num.of(msToNs(want)));
+            if (!w.equals(d.provenUntil())) {
+              throw new Mismatch(
+                  id, step, field, w.map(n -> n + " ns").orElse("absent"),
+                  d.provenUntil().map(n -> n + " ns").orElse("absent"));
+            }
+            if (w.isPresent() && w.get().isInfinite() != d.provenForever()) {
+              throw new Mismatch(id, step, "provenForever()", w.get(), d.provenForever());
+            }
+            break;
+          }
+        case "expires_at_ms":
+          sameLong(id, step, field, want, d.expiresAtMs());
+          break;
+        case "remaining_ttl_ms":
+          sameLong(id, step, field, want, d.remainingTtlMs());
           break;
         case "key_index":
           {
@@ -295,6 +388,18 @@ final class VectorReplay {
         default:
           throw new IllegalArgumentException(id + ": step " + step + ": unknown expect field " + field);
       }
+    }
+  }
+
+  private static void sameLong(
+      String id, int step, String field, JsonNode want, java.util.OptionalLong got) {
+    if (!want.isNull() && !want.isIntegralNumber()) {
+      throw new IllegalArgumentException(id + ": step " + step + ": " + field + " must be an integer");
+    }
+    java.util.OptionalLong w =
+        want.isNull() ? java.util.OptionalLong.empty() : java.util.OptionalLong.of(want.bigIntegerValue().longValueExact());
+    if (!w.equals(got)) {
+      throw new Mismatch(id, step, field, want, got);
     }
   }
 

@@ -1,0 +1,762 @@
+package io.leasebeat;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.OptionalLong;
+import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * The ready heartbeat loop for one lease, on a {@link ScheduledExecutorService}: it waits until each
+ * attempt is due, sends it through a {@link Transport}, enforces the whole-attempt deadline, feeds
+ * every outcome to the {@link Heartbeat}, and delivers every decision, jeopardy and stop to a
+ * {@link Listener}. It holds no rule: the heartbeat decides everything.
+ *
+ * <pre>{@code
+ * Transport transport = new HttpClientTransport(URI.create("http://127.0.0.1:7878"), apiKey);
+ * Heartbeat hb = Heartbeat.builder().ttlMillis(60_000).requestTimeoutMillis(5_000)
+ *     .createRequestJson(createJson).build();        // or Builder.adopt(...) after an SDK's create
+ * try (HeartbeatRunner runner = HeartbeatRunner.builder(hb, transport)
+ *         .listener(myListener).releaseOnStop(true).build()) {
+ *   CompletableFuture<Decision> stopped = runner.start();
+ *   doTheWork();
+ *   runner.stopAndCommit("{\"unit\":\"TOKENS\",\"amount\":812}").join();  // or runner.stop()
+ * }
+ * hb.close();
+ * }</pre>
+ *
+ * <h2>Timing</h2>
+ *
+ * <ul>
+ *   <li><b>Timer slack.</b> A scheduled task runs a little after its delay (thread wake-up, a busy
+ *       executor, a GC pause). The runner measures how late each of its timer tasks ran and keeps
+ *       the largest recent lateness, decaying by 1/8 per wake-up and kept within 0.5 ms .. 20 ms
+ *       (starting at 1 ms), like the Rust driver; it schedules each send that much <em>early</em>
+ *       and sends when it wakes within that slack of the due time. Sending early is the
+ *       conservative direction (the core accepts it).
+ *   <li><b>Attempt deadline.</b> With a request timeout of T ms ({@link
+ *       Heartbeat#requestTimeoutMillis()}), each attempt's deadline ({@link
+ *       Transport.Call#deadlineNanoTime()}) is {@code sent + T} minus a detection slack, as in the
+ *       Rust driver: {@code (T - 30) x 8/9} ms (at least 1) are enforced, e.g. 856 ms of 1000. The
+ *       runner schedules its own timeout task at {@code deadline - timer slack}, so a timed-out
+ *       attempt is fed to the core as {@link TransportFailure#TIMEOUT} no later than {@code sent +
+ *       T} (never after: the core's retry window is not spent by the runner's lateness). The in-flight future is then
+ *       cancelled, and its outcome, should it still arrive, is ignored. Without a request timeout
+ *       there is no deadline.
+ *   <li><b>Sent time.</b> An attempt is marked sent just before the transport is called: the round
+ *       trip the core measures is a little longer than the real one (conservative).
+ * </ul>
+ *
+ * <h2>Jeopardy</h2>
+ *
+ * {@link Listener#onJeopardy} is called at once when the lease reaches its proven lead ({@link
+ * Decision#provenUntil()}, D-15) with no newer success, and when a beat goes out later than due by
+ * more than the safety margin (a starved executor, a suspended machine).
+ *
+ * <h2>Stopping</h2>
+ *
+ * {@link #stop()} (or {@link #stopAndCommit(String)}, or {@link #close()}) may be called from any
+ * thread, any number of times, at any moment: the first call cancels the heartbeat (unless it
+ * already stopped), ignores any in-flight attempt's late outcome, and, if enabled, releases (or
+ * commits) the reservation through the transport; the future of {@link #start()} then completes
+ * with the stop decision. The runner does not close the heartbeat: its owner does.
+ *
+ * <p>Threads: every callback runs on the executor or on the transport's completion threads, one at
+ * a time per runner. Listeners must not block; what they throw is logged and ignored.
+ */
+public final class HeartbeatRunner implements AutoCloseable {
+  static final long MIN_SLACK_NS = 500_000L;
+  static final long MAX_SLACK_NS = 20_000_000L;
+  static final long INITIAL_SLACK_NS = 1_000_000L;
+  private static final System.Logger LOG = System.getLogger(HeartbeatRunner.class.getName());
+  private static final AtomicInteger THREADS = new AtomicInteger();
+
+  /**
+   * Receives what the runner observes. Every method has an empty default; exceptions thrown are
+   * logged and otherwise ignored. Calls for one runner never overlap.
+   */
+  public interface Listener {
+    /**
+     * A decision of the heartbeat (stops included).
+     *
+     * @param reservationId the reservation, once known
+     * @param decision the decision
+     */
+    default void onDecision(Optional<String> reservationId, Decision decision) {}
+
+    /**
+     * The lease is in jeopardy (D-15).
+     *
+     * @param jeopardy what happened
+     */
+    default void onJeopardy(Jeopardy jeopardy) {}
+
+    /**
+     * The heartbeat stopped (after its last {@link #onDecision}), before any release or commit.
+     *
+     * @param reservationId the reservation, if one was created
+     * @param stop the stop decision
+     */
+    default void onStop(Optional<String> reservationId, Decision stop) {}
+
+    /**
+     * The release or commit sent on stop got this answer.
+     *
+     * @param endpoint {@link Transport.Endpoint#RELEASE} or {@link Transport.Endpoint#COMMIT}
+     * @param reservationId the reservation
+     * @param response the response, or empty if the call failed
+     * @param failure the failure, or empty if a response arrived
+     */
+    default void onFinalized(
+        Transport.Endpoint endpoint,
+        String reservationId,
+        Optional<Response> response,
+        Optional<TransportFailure> failure) {}
+  }
+
+  /**
+   * A {@code lease_in_jeopardy} report (D-15).
+   *
+   * @param kind why
+   * @param reservationId the reservation, once known
+   * @param atNanoTime when it was noticed ({@link System#nanoTime()})
+   * @param provenUntilNanoTime the proven lead it concerns, if any
+   * @param lateByNanos for {@link Kind#BEAT_LATE}: how much later than due the beat went out; 0
+   *     otherwise
+   */
+  public record Jeopardy(
+      Kind kind,
+      Optional<String> reservationId,
+      long atNanoTime,
+      OptionalLong provenUntilNanoTime,
+      long lateByNanos) {
+    /** Why a lease is in jeopardy. */
+    public enum Kind {
+      /** The lease reached its proven lead without a newer success. */
+      PROVEN_LEAD_REACHED,
+      /** A beat went out later than due by more than the safety margin. */
+      BEAT_LATE
+    }
+
+    /**
+     * Checks for nulls.
+     *
+     * @param kind see {@link #kind()}
+     * @param reservationId see {@link #reservationId()}
+     * @param atNanoTime see {@link #atNanoTime()}
+     * @param provenUntilNanoTime see {@link #provenUntilNanoTime()}
+     * @param lateByNanos see {@link #lateByNanos()}
+     */
+    public Jeopardy {
+      Objects.requireNonNull(kind, "kind");
+      Objects.requireNonNull(reservationId, "reservationId");
+      Objects.requireNonNull(provenUntilNanoTime, "provenUntilNanoTime");
+    }
+
+    /**
+     * The stable name of this report.
+     *
+     * @return {@code "lease_in_jeopardy"}
+     */
+    public String wire() {
+      return "lease_in_jeopardy";
+    }
+  }
+
+  /**
+   * A builder for a runner of {@code heartbeat} over {@code transport}.
+   *
+   * @param heartbeat the heartbeat to run (new, or adopted; its owner closes it)
+   * @param transport how to send
+   * @return the builder
+   */
+  public static Builder builder(Heartbeat heartbeat, Transport transport) {
+    return new Builder(heartbeat, transport);
+  }
+
+  /** Configures a {@link HeartbeatRunner}. */
+  public static final class Builder {
+    private final Heartbeat heartbeat;
+    private final Transport transport;
+    private ScheduledExecutorService executor;
+    private Listener listener = new Listener() {};
+    private boolean releaseOnStop;
+    private Duration finalizeTimeout = Duration.ofSeconds(10);
+
+    private Builder(Heartbeat heartbeat, Transport transport) {
+      this.heartbeat = Objects.requireNonNull(heartbeat, "heartbeat");
+      this.transport = Objects.requireNonNull(transport, "transport");
+    }
+
+    /**
+     * The executor that waits and runs the loop (shared by many runners if you like). Not set: the
+     * runner makes its own single daemon thread and shuts it down on {@link #close()}.
+     *
+     * @param executor the executor (the caller shuts it down)
+     * @return this builder
+     */
+    public Builder executor(ScheduledExecutorService executor) {
+      this.executor = Objects.requireNonNull(executor, "executor");
+      return this;
+    }
+
+    /**
+     * Who hears decisions, jeopardy and the stop.
+     *
+     * @param listener the listener
+     * @return this builder
+     */
+    public Builder listener(Listener listener) {
+      this.listener = Objects.requireNonNull(listener, "listener");
+      return this;
+    }
+
+    /**
+     * Release the reservation through the transport once the heartbeat stopped (any stop, unless
+     * the server already said it is gone: expired, finalized, not found), so that it never lapses
+     * while still active. Default false. {@link HeartbeatRunner#stopAndCommit(String)} commits
+     * instead.
+     *
+     * @param release whether to release
+     * @return this builder
+     */
+    public Builder releaseOnStop(boolean release) {
+      this.releaseOnStop = release;
+      return this;
+    }
+
+    /**
+     * The deadline of the release or commit on stop. Default 10 s.
+     *
+     * @param timeout the deadline, positive
+     * @return this builder
+     */
+    public Builder finalizeTimeout(Duration timeout) {
+      if (timeout.isNegative() || timeout.isZero()) {
+        throw new IllegalArgumentException("finalizeTimeout must be positive, got " + timeout);
+      }
+      this.finalizeTimeout = timeout;
+      return this;
+    }
+
+    /**
+     * The runner (not started).
+     *
+     * @return the runner
+     */
+    public HeartbeatRunner build() {
+      return new HeartbeatRunner(this);
+    }
+  }
+
+  private final Heartbeat hb;
+  private final Transport transport;
+  private final Listener listener;
+  private final ScheduledExecutorService executor;
+  private final boolean ownExecutor;
+  private final boolean releaseOnStop;
+  private final long finalizeTimeoutNs;
+  private final long budgetNs; // Long.MAX_VALUE: no deadline
+  private final long enforcedNs; // budget minus the detection slack
+  private final CompletableFuture<Decision> done = new CompletableFuture<>();
+
+  // Guarded by this.
+  private boolean started;
+  private boolean stopRequested;
+  private boolean stopped;
+  private String commitActual;
+  private long slackNs = INITIAL_SLACK_NS;
+  private long inFlightId;
+  private Future<Response> inFlight;
+  private ScheduledFuture<?> tickTimer;
+  private ScheduledFuture<?> deadlineTimer;
+  private ScheduledFuture<?> jeopardyTimer;
+  private Optional<Num> armedProvenUntil = Optional.empty();
+  private Decision last;
+
+  private HeartbeatRunner(Builder b) {
+    this.hb = b.heartbeat;
+    this.transport = b.transport;
+    this.listener = b.listener;
+    this.releaseOnStop = b.releaseOnStop;
+    this.finalizeTimeoutNs = b.finalizeTimeout.toNanos();
+    OptionalLong timeout = hb.requestTimeoutMillis();
+    this.budgetNs =
+        timeout.isPresent() && timeout.getAsLong() < Long.MAX_VALUE / 1_000_000L
+            ? timeout.getAsLong() * 1_000_000L
+            : Long.MAX_VALUE;
+    this.enforcedNs =
+        budgetNs == Long.MAX_VALUE
+            ? Long.MAX_VALUE
+            : (timeout.getAsLong() - detectionSlackMillis(timeout.getAsLong())) * 1_000_000L;
+    if (b.executor != null) {
+      this.executor = b.executor;
+      this.ownExecutor = false;
+    } else {
+      ScheduledThreadPoolExecutor own =
+          new ScheduledThreadPoolExecutor(
+              1,
+              r -> {
+                Thread t = new Thread(r, "leasebeat-runner-" + THREADS.incrementAndGet());
+                t.setDaemon(true);
+                return t;
+              });
+      own.setRemoveOnCancelPolicy(true);
+      this.executor = own;
+      this.ownExecutor = true;
+    }
+  }
+
+  /**
+   * Starts the loop (the first attempt is sent when due). Calling it again returns the same future.
+   *
+   * @return completes with the stop decision (after the release or commit, if any)
+   */
+  public CompletableFuture<Decision> start() {
+    synchronized (this) {
+      if (!started && !stopRequested) {
+        started = true;
+        last = hb.lastDecision().orElse(null);
+        if (last != null && !last.isStop()) {
+          armJeopardy(last);
+        }
+        schedule(this::tick, 0);
+      }
+    }
+    return done;
+  }
+
+  /**
+   * Stops the heartbeat ({@code cancelled}, unless it already stopped) and, with {@link
+   * Builder#releaseOnStop(boolean)}, releases the reservation. Safe from any thread, any number of
+   * times; an attempt in flight is abandoned and its late outcome ignored.
+   *
+   * @return the future of {@link #start()}
+   */
+  public CompletableFuture<Decision> stop() {
+    return stop(null);
+  }
+
+  /**
+   * Stops the heartbeat like {@link #stop()}, then commits the reservation with this actual amount
+   * (instead of any release). Only the first stop call decides what happens.
+   *
+   * @param actualJson the commit's {@code actual} member: an Amount JSON object, e.g. {@code
+   *     {"unit":"TOKENS","amount":812}}
+   * @return the future of {@link #start()}
+   */
+  public CompletableFuture<Decision> stopAndCommit(String actualJson) {
+    Objects.requireNonNull(actualJson, "actualJson");
+    Utf8.encode(actualJson, "actualJson");
+    return stop(actualJson);
+  }
+
+  private CompletableFuture<Decision> stop(String actual) {
+    synchronized (this) {
+      if (stopRequested) {
+        return done;
+      }
+      stopRequested = true;
+      commitActual = actual;
+      if (stopped) {
+        return done;
+      }
+      abandonInFlight();
+      Decision d;
+      boolean fresh = false;
+      try {
+        d = hb.cancel(System.nanoTime());
+        fresh = true;
+      } catch (LeaseException | IllegalStateException e) {
+        // Already stopped in the core (its stop decision was delivered), or closed by its owner:
+        // end with what it said last.
+        d = hb.isClosed() ? last : hb.lastDecision().orElse(last);
+      }
+      if (d != null && !d.isStop()) {
+        d = null;
+      }
+      if (fresh) {
+        deliverDecision(d);
+      }
+      finish(d);
+    }
+    return done;
+  }
+
+  /**
+   * {@link #stop()}, then waits (at most the finalize timeout plus one attempt budget, capped at a
+   * minute) for the stop to complete, and shuts down the runner's own executor.
+   */
+  @Override
+  public void close() {
+    stop();
+    try {
+      done.get(Math.min(finalizeTimeoutNs + Math.min(budgetNs, 60_000_000_000L), 60_000_000_000L),
+          TimeUnit.NANOSECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    } catch (Exception e) {
+      // The stop decision is delivered through the future; nothing else to do here.
+    }
+    if (ownExecutor) {
+      executor.shutdownNow();
+    }
+  }
+
+  /**
+   * The future of {@link #start()}: completes with the stop decision.
+   *
+   * @return the future
+   */
+  public CompletableFuture<Decision> result() {
+    return done;
+  }
+
+  /**
+   * The current timer slack estimate (nanoseconds), for diagnostics.
+   *
+   * @return nanoseconds
+   */
+  public synchronized long timerSlackNanos() {
+    return slackNs;
+  }
+
+  // ----- the loop -----
+
+  private void schedule(Runnable task, long delayNs) {
+    if (tickTimer != null) {
+      tickTimer.cancel(false);
+    }
+    long intended = System.nanoTime() + Math.max(delayNs, 0);
+    tickTimer = later(() -> timed(intended, task), delayNs);
+  }
+
+  /** Schedules a task; an executor that refuses it (shut down) stops the runner. */
+  private ScheduledFuture<?> later(Runnable task, long delayNs) {
+    try {
+      return executor.schedule(task, Math.max(delayNs, 0), TimeUnit.NANOSECONDS);
+    } catch (java.util.concurrent.RejectedExecutionException e) {
+      LOG.log(System.Logger.Level.WARNING, "leasebeat: the executor refused a task; stopping", e);
+      stop();
+      return null;
+    }
+  }
+
+  /** Runs a timer task after measuring how late it ran (timer slack). */
+  private void timed(long intendedNanoTime, Runnable task) {
+    synchronized (this) {
+      long over = System.nanoTime() - intendedNanoTime;
+      slackNs = Math.min(Math.max(Math.max(slackNs - slackNs / 8, over), MIN_SLACK_NS), MAX_SLACK_NS);
+    }
+    task.run();
+  }
+
+  private synchronized void tick() {
+    if (stopped || stopRequested) {
+      return;
+    }
+    Action a;
+    try {
+      a = hb.pollAction();
+    } catch (IllegalStateException e) {
+      stop();
+      return;
+    }
+    switch (a.type()) {
+      case STOP:
+        finish(hb.lastDecision().orElse(last));
+        return;
+      case AWAIT_OUTCOME:
+        return;
+      case SEND:
+      default:
+        break;
+    }
+    Attempt attempt = a.attempt().orElseThrow();
+    OptionalLong due = attempt.dueNanoTime();
+    if (due.isEmpty()) {
+      return; // due at +infinity: nothing to send until a stop
+    }
+    long now = System.nanoTime();
+    long early = due.getAsLong() - slackNs - now;
+    if (early > 0) {
+      schedule(this::tick, early);
+      return;
+    }
+    send(attempt, now, due.getAsLong());
+  }
+
+  private void send(Attempt attempt, long now, long due) {
+    try {
+      hb.handleSent(attempt.id(), now);
+    } catch (RuntimeException e) {
+      LOG.log(System.Logger.Level.ERROR, "leasebeat: the heartbeat refused a send", e);
+      stop();
+      return;
+    }
+    long late = now - due;
+    long marginNs =
+        last == null
+            ? 1_000_000_000L
+            : last.numbers().safetyMargin().filter(Num::isFinite).map(m -> m.value().longValue() * 1_000_000L).orElse(1_000_000_000L);
+    if (late > marginNs) {
+      report(
+          new Jeopardy(
+              Jeopardy.Kind.BEAT_LATE,
+              hb.reservationId(),
+              now,
+              last == null ? OptionalLong.empty() : last.provenUntilNanoTime(),
+              late));
+    }
+    long deadline = enforcedNs == Long.MAX_VALUE ? Long.MAX_VALUE : now + enforcedNs;
+    Optional<String> id = hb.reservationId();
+    Transport.Endpoint ep =
+        attempt.kind() == AttemptKind.CREATE ? Transport.Endpoint.CREATE : Transport.Endpoint.EXTEND;
+    String path =
+        ep == Transport.Endpoint.CREATE
+            ? "/v1/reservations"
+            : "/v1/reservations/" + encodeSegment(id.orElse("")) + "/extend";
+    Transport.Call call = new Transport.Call(ep, path, id, attempt.key(), attempt.body(), deadline);
+    long attemptId = attempt.id();
+    inFlightId = attemptId;
+    if (deadline != Long.MAX_VALUE) {
+      long fireIn = deadline - slackNs - System.nanoTime();
+      deadlineTimer =
+          later(
+              () ->
+                  outcome(
+                      attemptId,
+                      null,
+                      new TransportException(TransportFailure.TIMEOUT, "attempt deadline", null)),
+              fireIn);
+    }
+    if (stopRequested) {
+      return; // the executor refused the deadline task and so stopped the runner
+    }
+    CompletableFuture<Response> f;
+    try {
+      f = Objects.requireNonNull(transport.send(call), "the transport returned null");
+    } catch (RuntimeException e) {
+      f = CompletableFuture.failedFuture(e);
+    }
+    inFlight = f;
+    f.whenComplete((r, ex) -> outcome(attemptId, r, ex));
+  }
+
+  private synchronized void outcome(long attemptId, Response response, Throwable failure) {
+    if (stopped || stopRequested || inFlightId != attemptId) {
+      return; // a late outcome of an abandoned attempt
+    }
+    abandonInFlight();
+    long now = System.nanoTime();
+    Decision d;
+    try {
+      d =
+          response != null
+              ? hb.handleResponse(attemptId, response, now)
+              : hb.handleFailure(attemptId, TransportException.classify(failure), now);
+    } catch (RuntimeException e) {
+      LOG.log(System.Logger.Level.ERROR, "leasebeat: the heartbeat refused an outcome", e);
+      stop();
+      return;
+    }
+    deliverDecision(d);
+    if (d.isStop()) {
+      finish(d);
+      return;
+    }
+    if (stopRequested) {
+      return; // the listener stopped the runner from onDecision
+    }
+    armJeopardy(d);
+    long wait = d.delayNanos(System.nanoTime());
+    if (wait != Long.MAX_VALUE) {
+      schedule(this::tick, wait - slackNs);
+    }
+  }
+
+  private void abandonInFlight() {
+    inFlightId = 0;
+    if (deadlineTimer != null) {
+      deadlineTimer.cancel(false);
+      deadlineTimer = null;
+    }
+    if (inFlight != null) {
+      inFlight.cancel(true);
+      inFlight = null;
+    }
+  }
+
+  private void armJeopardy(Decision d) {
+    if (d.provenUntil().equals(armedProvenUntil)) {
+      return; // the same proven lead: a retry, no newer success
+    }
+    armedProvenUntil = d.provenUntil();
+    if (jeopardyTimer != null) {
+      jeopardyTimer.cancel(false);
+      jeopardyTimer = null;
+    }
+    OptionalLong at = d.provenUntilNanoTime();
+    if (at.isEmpty()) {
+      return; // nothing proven (fallback) or +infinity
+    }
+    Optional<Num> armed = armedProvenUntil;
+    jeopardyTimer =
+        later(() -> provenLeadReached(armed, at.getAsLong()), at.getAsLong() - System.nanoTime());
+  }
+
+  private synchronized void provenLeadReached(Optional<Num> armed, long provenUntilNanoTime) {
+    if (stopped || stopRequested || !armed.equals(armedProvenUntil)) {
+      return;
+    }
+    report(
+        new Jeopardy(
+            Jeopardy.Kind.PROVEN_LEAD_REACHED,
+            hb.reservationId(),
+            System.nanoTime(),
+            OptionalLong.of(provenUntilNanoTime),
+            0));
+  }
+
+  private void deliverDecision(Decision d) {
+    if (d == null) {
+      return;
+    }
+    last = d;
+    Optional<String> id = d.reservationId();
+    safely(() -> listener.onDecision(id, d), "onDecision");
+  }
+
+  private void report(Jeopardy j) {
+    safely(() -> listener.onJeopardy(j), "onJeopardy");
+  }
+
+  /** The heartbeat stopped with {@code d}: report, release or commit, complete. */
+  private void finish(Decision d) {
+    if (stopped) {
+      return;
+    }
+    stopped = true;
+    abandonInFlight();
+    if (tickTimer != null) {
+      tickTimer.cancel(false);
+    }
+    if (jeopardyTimer != null) {
+      jeopardyTimer.cancel(false);
+    }
+    Optional<String> id;
+    try {
+      id = hb.isClosed() ? Optional.empty() : hb.reservationId();
+    } catch (IllegalStateException e) {
+      id = Optional.empty();
+    }
+    if (id.isEmpty() && d != null) {
+      id = d.reservationId();
+    }
+    Optional<String> stopId = id;
+    safely(() -> listener.onStop(stopId, d), "onStop");
+    StopReason reason = d == null ? StopReason.CANCELLED : d.stopReason().orElse(StopReason.CANCELLED);
+    boolean gone =
+        reason == StopReason.EXPIRED || reason == StopReason.FINALIZED || reason == StopReason.NOT_FOUND;
+    boolean commit = commitActual != null;
+    if (id.isEmpty() || gone || !(commit || releaseOnStop)) {
+      done.complete(d);
+      return;
+    }
+    String key = UUID.randomUUID().toString();
+    String body =
+        commit
+            ? "{\"idempotency_key\":\"" + key + "\",\"actual\":" + commitActual + "}"
+            : "{\"idempotency_key\":\"" + key + "\"}";
+    Transport.Endpoint ep = commit ? Transport.Endpoint.COMMIT : Transport.Endpoint.RELEASE;
+    String rid = id.get();
+    Transport.Call call =
+        new Transport.Call(
+            ep,
+            "/v1/reservations/" + encodeSegment(rid) + (commit ? "/commit" : "/release"),
+            id,
+            key,
+            body.getBytes(StandardCharsets.UTF_8),
+            System.nanoTime() + finalizeTimeoutNs);
+    CompletableFuture<Response> f;
+    try {
+      f = Objects.requireNonNull(transport.send(call), "the transport returned null");
+    } catch (RuntimeException e) {
+      f = CompletableFuture.failedFuture(e);
+    }
+    Decision stop = d;
+    f.orTimeout(finalizeTimeoutNs, TimeUnit.NANOSECONDS)
+        .whenComplete(
+            (r, ex) -> {
+              try {
+                safely(
+                    () ->
+                        listener.onFinalized(
+                            ep,
+                            rid,
+                            Optional.ofNullable(r),
+                            ex == null
+                                ? Optional.empty()
+                                : Optional.of(TransportException.classify(ex))),
+                    "onFinalized");
+              } finally {
+                done.complete(stop);
+              }
+            });
+  }
+
+  /**
+   * Runs a listener callback: whatever it throws (an assertion error included) is logged and
+   * cannot leave the runner half-updated; only a {@link VirtualMachineError} propagates.
+   */
+  private static void safely(Runnable callback, String name) {
+    try {
+      callback.run();
+    } catch (VirtualMachineError e) {
+      throw e;
+    } catch (Throwable e) {
+      LOG.log(System.Logger.Level.WARNING, "leasebeat: listener." + name + " threw", e);
+    }
+  }
+
+  /**
+   * The detection slack (ms) for a request timeout, as the Rust driver's: the runner enforces
+   * {@code (timeout - 30) x 8/9} (at least 1 ms), so a timed-out attempt is observed well before
+   * {@code sent + timeout} even when a timer fires late (a loaded executor, a GC pause) and the
+   * core keeps a retry window after a timeout. E.g. 1000 ms enforces 856 ms; 5000 ms, 4416 ms.
+   */
+  static long detectionSlackMillis(long timeoutMs) {
+    long enforced = Math.max((Math.max(timeoutMs - 30, 0) / 9) * 8, 1);
+    return Math.max(timeoutMs - enforced, 0);
+  }
+
+  /** Percent-encodes one path segment (RFC 3986 unreserved characters pass). */
+  static String encodeSegment(String s) {
+    StringBuilder out = new StringBuilder();
+    for (byte b : s.getBytes(StandardCharsets.UTF_8)) {
+      int c = b & 0xff;
+      if ((c >= 'a' && c <= 'z')
+          || (c >= 'A' && c <= 'Z')
+          || (c >= '0' && c <= '9')
+          || c == '-'
+          || c == '.'
+          || c == '_'
+          || c == '~') {
+        out.append((char) c);
+      } else {
+        out.append('%').append(Character.toUpperCase(Character.forDigit(c >> 4, 16)))
+            .append(Character.toUpperCase(Character.forDigit(c & 15, 16)));
+      }
+    }
+    return out.toString();
+  }
+}

@@ -1,0 +1,90 @@
+package io.leasebeat;
+
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * The default {@link Transport}: {@code java.net.http.HttpClient} (HTTP/1.1, no redirects), each
+ * call a POST to {@code base + path} with {@code X-Cycles-API-Key}, {@code X-Idempotency-Key},
+ * {@code Content-Type: application/json} and the exact body bytes. The request's timeout is the
+ * time left to the call's deadline (the JDK bounds only the wait for the response headers with it;
+ * the runner enforces the whole attempt). Thread-safe; share one for many runners.
+ */
+public final class HttpClientTransport implements Transport {
+  private final HttpClient client;
+  private final String base;
+  private final String apiKey;
+
+  /**
+   * A transport on a new {@code HttpClient} (HTTP/1.1, connect timeout 10 s, no redirects).
+   *
+   * @param baseUrl the server's base URL, e.g. {@code http://127.0.0.1:7878}
+   * @param apiKey the {@code X-Cycles-API-Key} value
+   * @throws IllegalArgumentException if the URL is not absolute http(s) or the API key is empty or
+   *     cannot be a header value (the message never contains the key)
+   */
+  public HttpClientTransport(URI baseUrl, String apiKey) {
+    this(
+        HttpClient.newBuilder()
+            .version(HttpClient.Version.HTTP_1_1)
+            .followRedirects(HttpClient.Redirect.NEVER)
+            .connectTimeout(Duration.ofSeconds(10))
+            .build(),
+        baseUrl,
+        apiKey);
+  }
+
+  /**
+   * A transport on the caller's {@code HttpClient}.
+   *
+   * @param client the client
+   * @param baseUrl the server's base URL
+   * @param apiKey the {@code X-Cycles-API-Key} value
+   * @throws IllegalArgumentException if the URL is not absolute http(s) or the API key is empty or
+   *     cannot be a header value (the message never contains the key)
+   */
+  public HttpClientTransport(HttpClient client, URI baseUrl, String apiKey) {
+    this.client = Objects.requireNonNull(client, "client");
+    Objects.requireNonNull(baseUrl, "baseUrl");
+    Objects.requireNonNull(apiKey, "apiKey");
+    String scheme = baseUrl.getScheme();
+    if (!("http".equalsIgnoreCase(scheme) || "https".equalsIgnoreCase(scheme))
+        || baseUrl.getHost() == null) {
+      throw new IllegalArgumentException("baseUrl must be an absolute http(s) URL, got " + baseUrl);
+    }
+    if (apiKey.isEmpty()) {
+      throw new IllegalArgumentException("the API key is empty");
+    }
+    for (int i = 0; i < apiKey.length(); i++) {
+      char c = apiKey.charAt(i);
+      if (c < 0x20 || c == 0x7f || c > 0xff) {
+        throw new IllegalArgumentException(
+            "the API key cannot be an HTTP header value (control or non-Latin-1 character at index "
+                + i
+                + ")");
+      }
+    }
+    String b = baseUrl.toString();
+    this.base = b.endsWith("/") ? b.substring(0, b.length() - 1) : b;
+    this.apiKey = apiKey;
+  }
+
+  @Override
+  public CompletableFuture<Response> send(Call call) {
+    HttpRequest.Builder req =
+        HttpRequest.newBuilder(URI.create(base + call.path()))
+            .header("X-Cycles-API-Key", apiKey)
+            .header("X-Idempotency-Key", call.idempotencyKey())
+            .header("Content-Type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofByteArray(call.body()));
+    call.remaining().ifPresent(req::timeout);
+    return client
+        .sendAsync(req.build(), HttpResponse.BodyHandlers.ofByteArray())
+        .thenApply(Response::from);
+  }
+}
