@@ -374,6 +374,15 @@ typedef enum lb_event_kind {
      * lease is then cancelled: a decision and a stopped event follow.
      */
     LB_EVENT_KIND_ERROR = 2,
+    /**
+     * `lease_in_jeopardy` (D-15): the lease may lapse on the server before
+     * the driver learns more. `jeopardy` says why (`proven_until_reached`
+     * or `late_beat`), `time_ns` when it was detected, `due_ns` and
+     * `proven_until_ns` the instants involved. Reported the moment it
+     * happens, however loaded the driver is; the lease keeps heartbeating
+     * (more decisions follow).
+     */
+    LB_EVENT_KIND_JEOPARDY = 3,
 } lb_event_kind;
 
 /**
@@ -397,6 +406,27 @@ typedef enum lb_event_outcome {
      */
     LB_EVENT_OUTCOME_CANCELLED = 3,
 } lb_event_outcome;
+
+/**
+ * Why a lease is in jeopardy (`LB_EVENT_KIND_JEOPARDY`).
+ */
+typedef enum lb_jeopardy_reason {
+    /**
+     * Not a jeopardy event.
+     */
+    LB_JEOPARDY_REASON_NONE = 0,
+    /**
+     * `proven_until_reached`: the driver reached the lease's proven lead
+     * (receipt of its last primary success + that success's `lead_floor`)
+     * without a newer success.
+     */
+    LB_JEOPARDY_REASON_PROVEN_UNTIL_REACHED = 1,
+    /**
+     * `late_beat`: a scheduled beat was still not sent at its due time plus
+     * the safety margin (the driver is overloaded or stalled).
+     */
+    LB_JEOPARDY_REASON_LATE_BEAT = 2,
+} lb_jeopardy_reason;
 
 /**
  * The kind of an ::lb_action.
@@ -719,6 +749,47 @@ typedef struct lb_decision_info {
 } lb_decision_info;
 
 /**
+ * The lease's instants a decision carries, copied out by
+ * lb_decision_get_instants(): an addition beside ::lb_decision_info, which
+ * keeps its layout.
+ */
+typedef struct lb_decision_instants {
+    /**
+     * True when the decision carries D-15's `proven_until`: on every
+     * primary-path decision after the first success (retries and stops
+     * included); false before the first success and on the fallback path,
+     * which proves nothing.
+     */
+    bool has_proven_until;
+    /**
+     * The instant (caller monotonic ns, the clock of `at`) until which the
+     * lease is proven alive: the receipt of the last primary success plus
+     * its lead floor. `infinite` is +infinity (the sum overflowed; `ns` is
+     * then 0). Reaching it without a newer success puts the lease in
+     * jeopardy. All zero when `has_proven_until` is false.
+     */
+    struct lb_time proven_until;
+    /**
+     * True when the decision answers a success that carried `expires_at_ms`.
+     */
+    bool has_expires_at_ms;
+    /**
+     * The deciding success's `expires_at_ms` (server clock, ms since the
+     * Unix epoch); 0 when absent.
+     */
+    uint64_t expires_at_ms;
+    /**
+     * True when the decision answers a success that carried
+     * `remaining_ttl_ms`.
+     */
+    bool has_remaining_ttl_ms;
+    /**
+     * The deciding success's `remaining_ttl_ms`; 0 when absent.
+     */
+    uint64_t remaining_ttl_ms;
+} lb_decision_instants;
+
+/**
  * The event callback given to lb_driver_new(): `user_data` is the pointer
  * given there, `event` is valid only until the callback returns (copy what
  * you need, or keep a decision with lb_decision_clone()).
@@ -842,7 +913,131 @@ typedef struct lb_event_info {
      * (`LB_STATUS_TIME_WENT_BACKWARDS`, ...); `LB_STATUS_OK` otherwise.
      */
     enum lb_status error_status;
+    /**
+     * For `LB_EVENT_KIND_JEOPARDY`: why; `LB_JEOPARDY_REASON_NONE` otherwise.
+     */
+    enum lb_jeopardy_reason jeopardy;
+    /**
+     * For a decision answering an attempt: when that attempt was due
+     * (`attempt_sent_ns - due_ns` is its lateness; negative when sent early
+     * by the timer slack). For a jeopardy event: the due time of the
+     * lease's scheduled beat. 0 when there is none.
+     */
+    uint64_t due_ns;
+    /**
+     * For a jeopardy event: the lease's proven lead (`proven_until`, driver
+     * clock ns; `UINT64_MAX` is +infinity); 0 when it has none (before the
+     * first success, on the fallback path) and for other events.
+     */
+    uint64_t proven_until_ns;
 } lb_event_info;
+
+/**
+ * How an adopted create ended, the `outcome` of an ::lb_adopted_create: one
+ * of `LB_ADOPTED_RESPONSE`, `LB_ADOPTED_FAILURE`. A plain integer type so
+ * that any value the caller passes can be checked.
+ */
+typedef uint32_t lb_adopted_outcome;
+
+/**
+ * One response header: name and value as byte strings (not NUL-terminated).
+ * A pointer may be NULL only when its length is 0.
+ */
+typedef struct lb_header {
+    /**
+     * The header name bytes (compared case-insensitively by the core).
+     */
+    const uint8_t *name;
+    /**
+     * The length of `name` in bytes.
+     */
+    size_t name_len;
+    /**
+     * The header value bytes.
+     */
+    const uint8_t *value;
+    /**
+     * The length of `value` in bytes.
+     */
+    size_t value_len;
+} lb_header;
+
+/**
+ * A create the caller performed itself (e.g. with an SDK's own HTTP
+ * client), handed over to lb_heartbeat_adopt_create(). Zero-initialize it
+ * (`lb_adopted_create c = {0};`) and fill in what applies; only read during
+ * the call.
+ */
+typedef struct lb_adopted_create {
+    /**
+     * The idempotency key the create used (header and body), NUL-terminated
+     * UTF-8 of 1..=256 characters. A same-key create retry reuses it.
+     */
+    const char *key;
+    /**
+     * The exact create request body sent (a JSON object whose
+     * `idempotency_key`, if present, equals `key`), `request_body_len`
+     * bytes; a create retry resends it byte for byte. NULL (with length 0)
+     * when the caller does not have it: a retry then sends the body the
+     * configuration builds (`create_request` plus `idempotency_key` and
+     * `ttl_ms`).
+     */
+    const uint8_t *request_body;
+    /**
+     * The length of `request_body` in bytes.
+     */
+    size_t request_body_len;
+    /**
+     * True when `sent_ns` holds when the create was sent; false when that
+     * is unknown, which makes the round trip unknown (HB-12: lead floor 0,
+     * an immediate first beat).
+     */
+    bool sent_known;
+    /**
+     * When the create was sent (monotonic ns, the clock of every later call).
+     */
+    uint64_t sent_ns;
+    /**
+     * When its outcome was observed (after the complete body), monotonic ns;
+     * not before `sent_ns`.
+     */
+    uint64_t received_ns;
+    /**
+     * `LB_ADOPTED_RESPONSE` or `LB_ADOPTED_FAILURE`.
+     */
+    lb_adopted_outcome outcome;
+    /**
+     * For a response: the HTTP status (100..=999).
+     */
+    uint32_t status;
+    /**
+     * For a response: `header_count` name/value pairs in arrival order
+     * (repeated headers repeat); NULL only with a count of 0.
+     */
+    const struct lb_header *headers;
+    /**
+     * The number of `headers`.
+     */
+    size_t header_count;
+    /**
+     * For a response: the raw body bytes; NULL only with a length of 0.
+     */
+    const uint8_t *body;
+    /**
+     * The length of `body` in bytes.
+     */
+    size_t body_len;
+    /**
+     * For a response: true when its round trip could not be measured
+     * (HB-12), even though `sent_ns` is known.
+     */
+    bool timing_unknown;
+    /**
+     * For a failure: `LB_FAILURE_TIMEOUT`, `LB_FAILURE_CONNECT` or
+     * `LB_FAILURE_RESET`.
+     */
+    lb_failure failure;
+} lb_adopted_create;
 
 /**
  * What the caller must do now: a value copy, valid after later calls.
@@ -895,27 +1090,14 @@ typedef struct lb_action {
 } lb_action;
 
 /**
- * One response header: name and value as byte strings (not NUL-terminated).
- * A pointer may be NULL only when its length is 0.
+ * The create got an HTTP response (`status`, `headers`, `body`).
  */
-typedef struct lb_header {
-    /**
-     * The header name bytes (compared case-insensitively by the core).
-     */
-    const uint8_t *name;
-    /**
-     * The length of `name` in bytes.
-     */
-    size_t name_len;
-    /**
-     * The header value bytes.
-     */
-    const uint8_t *value;
-    /**
-     * The length of `value` in bytes.
-     */
-    size_t value_len;
-} lb_header;
+#define LB_ADOPTED_RESPONSE 0
+
+/**
+ * The create failed in transport (`failure`).
+ */
+#define LB_ADOPTED_FAILURE 1
 
 /**
  * The enforced per-attempt timeout fired.
@@ -1046,6 +1228,14 @@ enum lb_status lb_decision_clone(const struct lb_decision *decision, struct lb_d
 enum lb_status lb_decision_get(const struct lb_decision *decision, struct lb_decision_info *out);
 
 /**
+ * Copies the lease's instants of a decision (`proven_until`,
+ * `expires_at_ms`, `remaining_ttl_ms`) into `*out`, e.g. to update an SDK's
+ * context on every beat.
+ */
+enum lb_status lb_decision_get_instants(const struct lb_decision *decision,
+                                        struct lb_decision_instants *out);
+
+/**
  * Writes the number called `name` (NUL-terminated, one of the scenario
  * format's names: `"rtt"`, `"max_rtt"`, `"lead_floor"`, `"attempt_budget"`,
  * `"safety_margin"`, `"retry_reserve"`, `"next_delay"`, `"lead"`,
@@ -1093,7 +1283,9 @@ enum lb_status lb_decision_detail(const struct lb_decision *decision,
 /**
  * Copies the decision as the scenario format's emitted-decision JSON object
  * (`next`, `at` in ms, `key`, `key_index`, `reason`, `mode`, `numbers`,
- * `warnings`; without `id` and `step`, which only a replay knows) into `buf`
+ * `warnings`, and where they apply `proven_until` in ms or `"inf"`,
+ * `expires_at_ms`, `remaining_ttl_ms`; without `id` and `step`, which only a
+ * replay knows) into `buf`
  * as NUL-terminated compact UTF-8 JSON. Buffer convention of
  * lb_heartbeat_attempt_key(). Integers are exact (they may exceed 2^53).
  */
@@ -1118,7 +1310,10 @@ enum lb_status lb_decision_json(const struct lb_decision *decision,
  * lb_driver_shutdown() and/or free it with lb_driver_free().
  *
  * Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
- * `LB_STATUS_INVALID_ARGUMENT` (the URL's scheme, zero workers),
+ * `LB_STATUS_INVALID_ARGUMENT` (the URL's scheme, zero workers, an API key
+ * that cannot be an HTTP header value: empty, CR, LF or another control
+ * character, non-ASCII, leading/trailing whitespace; the message never
+ * contains the key),
  * `LB_STATUS_INVALID_CONFIG` (a thread could not be started).
  */
 enum lb_status lb_driver_new(const char *base_url,
@@ -1207,13 +1402,26 @@ enum lb_status lb_driver_commit(const struct lb_driver *driver,
  * threads, then lets the dispatcher deliver every remaining event and joins
  * it. When it returns, the callback has been called for the last time.
  * Later calls on the driver (but lb_driver_free()) return
- * `LB_STATUS_SHUT_DOWN`; a second shutdown is a no-op. Another thread may be
- * calling the `const lb_driver *` functions meanwhile.
+ * `LB_STATUS_SHUT_DOWN`, a second lb_driver_shutdown() included (it does
+ * nothing else). Another thread may be calling the `const lb_driver *`
+ * functions meanwhile.
  *
- * Errors: `LB_STATUS_IN_CALLBACK` when called from the event callback
- * (nothing is done), `LB_STATUS_NULL_ARGUMENT`.
+ * Errors: `LB_STATUS_SHUT_DOWN` (already shut down; nothing is done),
+ * `LB_STATUS_IN_CALLBACK` when called from the event callback (nothing is
+ * done), `LB_STATUS_NULL_ARGUMENT`.
  */
 enum lb_status lb_driver_shutdown(struct lb_driver *driver);
+
+/**
+ * Test hook, not for production use: while `hold` is true the driver sends
+ * nothing (no create, no beat), as if its timer were stalled, but keeps
+ * running its jeopardy checks; setting it back to false sends every held
+ * beat at once. Tests use it to prove that `LB_EVENT_KIND_JEOPARDY` comes
+ * before a lease can lapse on the server.
+ *
+ * Errors: `LB_STATUS_SHUT_DOWN`, `LB_STATUS_NULL_ARGUMENT`.
+ */
+enum lb_status lb_driver_hold_sends_for_testing(const struct lb_driver *driver, bool hold);
 
 /**
  * Shuts the driver down as lb_driver_shutdown() does (if not done yet),
@@ -1261,9 +1469,17 @@ enum lb_status lb_event_error_message(const struct lb_event *event,
 
 /**
  * The stable string of an event kind: `"decision"`, `"stopped"`,
- * `"error"`; `"unknown"` for other values. Static; do not free.
+ * `"error"`, `"lease_in_jeopardy"`; `"unknown"` for other values. Static;
+ * do not free.
  */
 const char *lb_event_kind_str(int32_t kind);
+
+/**
+ * The stable string of a jeopardy reason: `"proven_until_reached"`,
+ * `"late_beat"`; `"none"` for `LB_JEOPARDY_REASON_NONE`, `"unknown"` for
+ * other values. Static; do not free.
+ */
+const char *lb_jeopardy_reason_str(int32_t reason);
 
 /**
  * Copies the calling thread's last-error message into `buf` as a
@@ -1365,6 +1581,30 @@ enum lb_status lb_heartbeat_new(const struct lb_config *cfg, struct lb_heartbeat
 enum lb_status lb_heartbeat_new_for_reservation(const struct lb_config *cfg,
                                                 const char *reservation_id,
                                                 struct lb_heartbeat **out);
+
+/**
+ * Takes over a lease whose create the caller performed itself: the create's
+ * key, send and receive instants and raw outcome are classified exactly as
+ * if the heartbeat had sent the create (HB-15: a success anchors the
+ * schedule with no priming extension; a timeout, reset, 5xx or ambiguous 2xx
+ * asks for the one same-key create retry with the caller's key; a 4xx stops
+ * `create_rejected`; and so on). The create counts as attempt 1 and its key
+ * as key 1. Extensions take keys from the configuration (random UUIDv4, or
+ * lb_config_set_key_prefix()).
+ *
+ * On success `*out` owns the heartbeat (free it with lb_heartbeat_free());
+ * its first decision is lb_heartbeat_last_decision()'s, and its next action
+ * lb_heartbeat_poll_action()'s. `cfg` and `create` are only read.
+ *
+ * Errors: `LB_STATUS_INVALID_CONFIG`, `LB_STATUS_INVALID_KEY` (a key of 0
+ * or more than 256 characters), `LB_STATUS_INVALID_ARGUMENT` (an unknown
+ * `outcome` or `failure`, a status outside 100..=999, `sent_ns` after
+ * `received_ns`, a `request_body` that is not a JSON object or whose
+ * `idempotency_key` differs from `key`), `LB_STATUS_INVALID_UTF8` (`key`).
+ */
+enum lb_status lb_heartbeat_adopt_create(const struct lb_config *cfg,
+                                         const struct lb_adopted_create *create,
+                                         struct lb_heartbeat **out);
 
 /**
  * Frees a heartbeat. NULL is a no-op. Decisions obtained from it stay valid.

@@ -408,6 +408,15 @@ pub fn run_scenarios(scenarios: Vec<Scenario>, progress: bool) -> Result<Vec<Rep
                     );
                 }
             }
+            Event::Jeopardy { reason, .. } => {
+                if progress {
+                    eprintln!(
+                        "[{:6.2}s] {:<16} lease_in_jeopardy: {reason}",
+                        secs(leasebeat::driver::clock::now_ns()),
+                        live.scenario.name,
+                    );
+                }
+            }
             Event::Error { error, .. } => {
                 eprintln!("{}: core refused an input: {error}", live.scenario.name);
             }

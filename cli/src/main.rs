@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use leasebeat::driver::ApiKey;
 use leasebeat::sim::Policy;
-use leasebeat_cli::{demo, run, serve, simulate};
+use leasebeat_cli::{bench, demo, run, serve, simulate};
 
 mod replay;
 
@@ -39,8 +39,9 @@ enum Command {
     ///
     /// Prints `listening on http://ADDR` on stdout first, then one
     /// `LAPSE ...` line for every reservation that expires while still
-    /// ACTIVE (neither committed nor released). Runs until killed. Default
-    /// policy: additive extensions, no limits.
+    /// ACTIVE (neither committed nor released). Runs until SIGINT/SIGTERM,
+    /// then prints `summary leases=N extensions=N lapses=N refused=N`.
+    /// Default policy: additive extensions, no limits.
     Serve {
         /// Address to bind.
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -75,6 +76,15 @@ enum Command {
         /// Epoch (ms) onto which the server's monotonic clock is mapped.
         #[arg(long, default_value_t = serve::DEFAULT_EPOCH_MS)]
         epoch_ms: u64,
+        /// Most connections at once; beyond, a connection gets 503 and is closed.
+        #[arg(long, default_value_t = 512)]
+        max_connections: usize,
+        /// Most request-body bytes buffered at once; beyond, a request gets 503.
+        #[arg(long, default_value_t = 64 * 1024 * 1024)]
+        max_buffered_bytes: usize,
+        /// How long (ms) a lapsed or finalized reservation is remembered after expiry.
+        #[arg(long, default_value_t = 600_000)]
+        retention_ms: u64,
     },
     /// Heartbeat one reservation against a Cycles server, printing each
     /// decision as one JSON line, until the heartbeat stops or Ctrl-C.
@@ -160,6 +170,26 @@ enum Command {
         #[arg(long, value_name = "INDEX", conflicts_with_all = ["json", "plot", "sequences"])]
         explain: Option<u64>,
     },
+    /// Benchmark (see scripts/bench-driver.sh): many leases from one driver.
+    #[command(hide = true)]
+    BenchDriver {
+        /// Base URL of a running `leasebeat serve`.
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        leases: usize,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[arg(long)]
+        budget_ms: u64,
+        #[arg(long)]
+        seconds: u64,
+        #[arg(long, default_value_t = 16)]
+        workers: usize,
+        /// The server's stdout, with its LAPSE lines.
+        #[arg(long)]
+        lapse_file: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -186,6 +216,9 @@ fn main() -> ExitCode {
             log,
             api_key,
             epoch_ms,
+            max_connections,
+            max_buffered_bytes,
+            retention_ms,
         } => {
             let faults = match faults
                 .iter()
@@ -213,6 +246,10 @@ fn main() -> ExitCode {
                 api_key,
                 epoch_ms,
                 print_lapses: true,
+                max_connections: max_connections.max(1),
+                max_buffered_bytes,
+                keep_entries: false,
+                retention_ms,
             })
         }
         Command::Run {
@@ -272,6 +309,23 @@ fn main() -> ExitCode {
             }
             None => simulate_command(sequences, seed, threads, json, plot),
         },
+        Command::BenchDriver {
+            url,
+            leases,
+            ttl_ms,
+            budget_ms,
+            seconds,
+            workers,
+            lapse_file,
+        } => bench::run(bench::BenchOptions {
+            url,
+            leases,
+            ttl_ms,
+            budget_ms,
+            seconds,
+            workers,
+            lapse_file,
+        }),
     }
 }
 

@@ -73,6 +73,19 @@ pub fn event_json(event: &Event, t0_ns: u64) -> Value {
             "event": "stopped", "t_ms": t(*at_ns),
             "reservation_id": reservation_id, "reason": reason.as_str(),
         }),
+        Event::Jeopardy {
+            reservation_id,
+            reason,
+            at_ns,
+            due_ns,
+            proven_until_ns,
+            ..
+        } => serde_json::json!({
+            "event": "lease_in_jeopardy", "t_ms": t(*at_ns),
+            "reservation_id": reservation_id, "reason": reason.as_str(),
+            "due_t_ms": due_ns.map(t),
+            "proven_until_t_ms": proven_until_ns.filter(|p| *p != u64::MAX).map(t),
+        }),
         Event::Error {
             reservation_id,
             error,
@@ -152,7 +165,7 @@ pub fn run(opts: RunOptions) -> ExitCode {
                 }
             }
             Event::Stopped { reason, .. } => break Some(reason),
-            Event::Error { .. } => {}
+            Event::Jeopardy { .. } | Event::Error { .. } => {}
         }
     };
     if opts.release {

@@ -23,7 +23,7 @@
 //! to a fixed epoch (`--epoch-ms`, default 1700000000000), so every
 //! `expires_at_ms` looks like a wall-clock time.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -41,7 +41,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use leasebeat::sim::{LeaseState, Policy, SimResponse, SimServer};
+use leasebeat::sim::{Policy, SimResponse, SimServer};
 use serde_json::{Value, json};
 
 /// The default epoch the server clock is mapped onto.
@@ -243,6 +243,18 @@ pub struct ServeOptions {
     pub epoch_ms: u64,
     /// Print `LAPSE ...` lines on stdout.
     pub print_lapses: bool,
+    /// Most connections served at once; a connection beyond the cap is
+    /// answered `503` and closed at once (default 512).
+    pub max_connections: usize,
+    /// Most request-body bytes buffered at once over all connections; a
+    /// request whose body would go beyond is answered `503` (default 64 MiB).
+    pub max_buffered_bytes: usize,
+    /// Keep every log entry in memory for [`Server::log_entries`] (tests;
+    /// the CLI turns it off so that memory stays bounded).
+    pub keep_entries: bool,
+    /// How long a lapsed or finalized reservation is remembered after its
+    /// expiry (ms; default 600000).
+    pub retention_ms: u64,
 }
 
 impl Default for ServeOptions {
@@ -256,6 +268,10 @@ impl Default for ServeOptions {
             api_key: None,
             epoch_ms: DEFAULT_EPOCH_MS,
             print_lapses: false,
+            max_connections: 512,
+            max_buffered_bytes: 64 * 1024 * 1024,
+            keep_entries: true,
+            retention_ms: 600_000,
         }
     }
 }
@@ -277,7 +293,6 @@ struct State {
     sim: SimServer,
     counters: HashMap<Endpoint, u64>,
     rng: u64,
-    lapsed: HashSet<String>,
     seq: u64,
 }
 
@@ -288,6 +303,12 @@ struct Shared {
     stop: AtomicBool,
     /// Request tasks not yet finished.
     in_flight: AtomicUsize,
+    /// Connections open now.
+    connections: AtomicUsize,
+    /// Request-body bytes buffered now.
+    buffered: AtomicUsize,
+    /// Connections and requests refused by the caps.
+    refused: AtomicUsize,
     log_file: Mutex<Option<BufWriter<File>>>,
     entries: Mutex<Vec<Value>>,
     lapses: Mutex<Vec<Lapse>>,
@@ -310,7 +331,13 @@ impl Shared {
             let _ = writeln!(f, "{entry}");
             let _ = f.flush();
         }
-        lock(&self.entries).push(entry);
+        if self.opts.keep_entries {
+            lock(&self.entries).push(entry);
+        }
+    }
+
+    fn logging(&self) -> bool {
+        self.opts.keep_entries || self.opts.log.is_some()
     }
 }
 
@@ -340,13 +367,15 @@ impl Server {
                 sim: SimServer::new(opts.policy.clone()),
                 counters: HashMap::new(),
                 rng: opts.seed,
-                lapsed: HashSet::new(),
                 seq: 0,
             }),
             start: Instant::now(),
             opts,
             stop: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
+            buffered: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
             log_file: Mutex::new(log_file),
             entries: Mutex::new(Vec::new()),
             lapses: Mutex::new(Vec::new()),
@@ -400,6 +429,26 @@ impl Server {
         lock(&self.shared.lapses).clone()
     }
 
+    /// `(leases held, extensions applied, lapses detected, requests and
+    /// connections refused by the caps)`.
+    pub fn counts(&self) -> (usize, u64, u64, usize) {
+        check_lapses(&self.shared);
+        let st = lock(&self.shared.state);
+        (
+            st.sim.lease_count(),
+            st.sim.extensions_total(),
+            st.sim.lapses_total(),
+            self.shared.refused.load(Ordering::SeqCst),
+        )
+    }
+
+    /// The summary line printed on exit:
+    /// `summary leases=.. extensions=.. lapses=.. refused=..`.
+    pub fn summary(&self) -> String {
+        let (leases, extensions, lapses, refused) = self.counts();
+        format!("summary leases={leases} extensions={extensions} lapses={lapses} refused={refused}")
+    }
+
     /// Every log entry so far (the same objects as the log file's lines).
     pub fn log_entries(&self) -> Vec<Value> {
         lock(&self.shared.entries).clone()
@@ -442,7 +491,13 @@ async fn accept_loop(s: Arc<Shared>, listener: TcpListener, done: mpsc::Sender<(
             while connections.try_join_next().is_some() {}
             match accepted {
                 Ok((stream, _)) => {
-                    connections.spawn(serve_connection(Arc::clone(&s), stream));
+                    if s.connections.load(Ordering::SeqCst) >= s.opts.max_connections {
+                        s.refused.fetch_add(1, Ordering::SeqCst);
+                        connections.spawn(refuse_connection(stream));
+                    } else {
+                        s.connections.fetch_add(1, Ordering::SeqCst);
+                        connections.spawn(serve_connection(Arc::clone(&s), stream));
+                    }
                 }
                 // E.g. out of file descriptors: do not spin.
                 Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -460,7 +515,46 @@ async fn accept_loop(s: Arc<Shared>, listener: TcpListener, done: mpsc::Sender<(
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BODY: usize = 1024 * 1024;
 
+/// Over the connection cap: a `503` with `Connection: close`, written
+/// without reading the request, then the connection is closed.
+async fn refuse_connection(stream: tokio::net::TcpStream) {
+    let body = br#"{"error":"INTERNAL_ERROR","message":"too many connections","request_id":"req-refused"}"#;
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body);
+    // A few hundred bytes: one write into an empty socket buffer.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        if stream.writable().await.is_ok() {
+            let _ = stream.try_write(&bytes);
+        }
+    })
+    .await;
+}
+
+/// Decrements the open-connection count when a connection ends.
+struct ConnGuard(Arc<Shared>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Releases buffered-body bytes when a request is done with them.
+struct BufGuard(Arc<Shared>, usize);
+
+impl Drop for BufGuard {
+    fn drop(&mut self) {
+        self.0.buffered.fetch_sub(self.1, Ordering::SeqCst);
+    }
+}
+
 async fn serve_connection(s: Arc<Shared>, stream: tokio::net::TcpStream) {
+    let _conn = ConnGuard(Arc::clone(&s));
     if s.stop.load(Ordering::SeqCst) {
         return;
     }
@@ -469,7 +563,7 @@ async fn serve_connection(s: Arc<Shared>, stream: tokio::net::TcpStream) {
     // Errors here are client errors (hyper answers a malformed request
     // head itself) or a `Dropped` fault: both end this connection only.
     let _ = http1::Builder::new()
-        .keep_alive(false)
+        .keep_alive(true)
         .title_case_headers(true)
         .timer(TokioTimer::new())
         .header_read_timeout(READ_TIMEOUT)
@@ -490,26 +584,23 @@ impl std::fmt::Display for Dropped {
 
 impl std::error::Error for Dropped {}
 
+/// Lapse detection: the model's expiry heap, `O(log n)` per expiry that
+/// passed (never a scan of every lease).
 fn check_lapses(s: &Shared) {
     let now = s.now_ms();
-    let mut found = Vec::new();
-    {
+    let found: Vec<Lapse> = {
         let mut st = lock(&s.state);
-        let State { sim, lapsed, .. } = &mut *st;
-        for lease in sim.leases() {
-            if lease.state == LeaseState::Active
-                && now > lease.expires_at_ms
-                && lapsed.insert(lease.id.clone())
-            {
-                found.push(Lapse {
-                    reservation_id: lease.id.clone(),
-                    expires_at_ms: lease.expires_at_ms,
-                    detected_at_ms: now,
-                    extensions: lease.extensions,
-                });
-            }
-        }
-    }
+        st.sim
+            .take_lapses(now, s.opts.retention_ms)
+            .into_iter()
+            .map(|l| Lapse {
+                reservation_id: l.id,
+                expires_at_ms: l.expires_at_ms,
+                detected_at_ms: now,
+                extensions: l.extensions,
+            })
+            .collect()
+    };
     for l in found {
         if s.opts.print_lapses {
             println!(
@@ -524,7 +615,9 @@ fn check_lapses(s: &Shared) {
             "detected_at_ms": l.detected_at_ms,
             "extensions": l.extensions,
         }));
-        lock(&s.lapses).push(l);
+        if s.opts.keep_entries {
+            lock(&s.lapses).push(l);
+        }
     }
 }
 
@@ -614,6 +707,31 @@ async fn handle(
 ) -> Result<Response<Full<Bytes>>, Dropped> {
     let arrived_ms = s.now_ms();
     let (parts, body) = req.into_parts();
+    // Reserve the declared length (or the most a body may be) against the
+    // global buffered-bytes cap before reading anything.
+    let declared = parts
+        .headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(MAX_BODY, |n| n.min(MAX_BODY));
+    let before = s.buffered.fetch_add(declared, Ordering::SeqCst);
+    let _buf = BufGuard(Arc::clone(&s), declared);
+    if before.saturating_add(declared) > s.opts.max_buffered_bytes {
+        s.refused.fetch_add(1, Ordering::SeqCst);
+        let r = error_response(
+            503,
+            "INTERNAL_ERROR",
+            "server busy: too many bytes buffered",
+            "req-refused",
+        );
+        let mut resp = http_response(&r, "req-refused");
+        resp.headers_mut().insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("close"),
+        );
+        return Ok(resp);
+    }
     let body =
         match tokio::time::timeout(READ_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await {
             Ok(Ok(collected)) => collected.to_bytes(),
@@ -696,6 +814,10 @@ async fn process(s: &Shared, arrived_ms: u64, req: HttpRequest) -> Option<(SimRe
         (seq, routed, n, fault)
     };
     let request_id = format!("req-{seq}");
+    if !s.logging() {
+        let response = respond(s, &req, endpoint, fault.as_ref(), &request_id).await;
+        return response.map(|r| (r, request_id));
+    }
     let mut entry = json!({
         "event": "request",
         "seq": seq,
@@ -748,7 +870,14 @@ async fn respond(
         });
     };
     let api_key = req.header("x-cycles-api-key").unwrap_or_default();
-    let authorized = !api_key.is_empty() && s.opts.api_key.as_deref().is_none_or(|k| k == api_key);
+    let authorized = !api_key.is_empty()
+        && s.opts.api_key.as_deref().is_none_or(|k| {
+            // Constant time in the key's contents (the length may leak).
+            bool::from(subtle::ConstantTimeEq::ct_eq(
+                k.as_bytes(),
+                api_key.as_bytes(),
+            ))
+        });
     if !authorized {
         return Some(error_response(
             401,
@@ -818,7 +947,17 @@ pub fn run(opts: ServeOptions) -> std::process::ExitCode {
     };
     println!("listening on {}", server.url());
     let _ = io::stdout().flush();
-    loop {
-        std::thread::park();
+    // SIGINT/SIGTERM: print the summary line and exit.
+    let (tx, rx) = mpsc::channel::<()>();
+    if let Err(e) = ctrlc::set_handler(move || {
+        let _ = tx.send(());
+    }) {
+        eprintln!("leasebeat serve: cannot install the signal handler ({e})");
     }
+    let _ = rx.recv();
+    let mut server = server;
+    println!("{}", server.summary());
+    let _ = io::stdout().flush();
+    server.stop();
+    std::process::ExitCode::SUCCESS
 }

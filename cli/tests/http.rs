@@ -11,7 +11,9 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event, LeaseHandle, Outcome};
+use leasebeat::driver::{
+    ApiKey, Driver, DriverConfig, DriverError, Event, JeopardyReason, LeaseHandle, Outcome,
+};
 use leasebeat::{Config, KeyUse, Mode, Num, OutcomeClass, StopReason, TransportFailure};
 use serde_json::{Value, json};
 
@@ -198,6 +200,7 @@ fn drive(
             }
             Event::Stopped { reason, .. } => run.stop = Some(*reason),
             Event::Error { error, .. } => panic!("core refused an input: {error}"),
+            Event::Jeopardy { .. } => {}
         }
         run.events.push(event);
     }
@@ -586,6 +589,7 @@ fn killing_the_server_stops_every_lease_before_its_lead_runs_out() {
             }
             Event::Stopped { reason, at_ns, .. } => s.2 = Some((reason, at_ns)),
             Event::Error { error, .. } => panic!("{error}"),
+            Event::Jeopardy { .. } => {}
         }
     }
     assert!(killed);
@@ -674,7 +678,7 @@ fn raw(url: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, Val
     let addr = url.strip_prefix("http://").unwrap();
     let mut s = TcpStream::connect(addr).unwrap();
     let mut req = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
     for (n, v) in headers {
@@ -915,7 +919,7 @@ fn raw_bytes(url: &str, path: &str, body: &str) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nX-Cycles-API-Key: {KEY}\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nX-Cycles-API-Key: {KEY}\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).unwrap();
@@ -1079,4 +1083,250 @@ fn demo_help_names_every_scenario() {
     for s in leasebeat_cli::demo::scenarios() {
         assert!(help.contains(s.name), "{} missing from demo --help", s.name);
     }
+}
+
+/// D-15: a driver whose timer is stalled (test hook: nothing is sent) still
+/// reports `late_beat` and then `proven_until_reached` jeopardy for the
+/// lease, and the second comes while the reservation is still alive on the
+/// server: the lapse that follows is not silent. The create is held 300 ms
+/// before the server applies it, so the proven lead ends about 300 ms
+/// before the true expiry.
+#[test]
+fn jeopardy_is_reported_before_the_lapse_when_the_timer_stalls() {
+    let serve = Serve::start(&["--fault", "create:1=hold=300"]);
+    let (driver, events) =
+        Driver::new(DriverConfig::new(serve.url.clone(), ApiKey::new(KEY))).unwrap();
+    let lease = driver.start(config(6_000, 1_000)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen: Vec<String> = Vec::new();
+    let mut reservation: Option<String> = None;
+    let mut lapsed_at_proven: Option<bool> = None;
+    let reason = loop {
+        assert!(Instant::now() < deadline, "no stop: {seen:?}");
+        let Ok(event) = events.recv_timeout(Duration::from_millis(50)) else {
+            continue;
+        };
+        assert_eq!(event.lease(), lease);
+        match event {
+            Event::Decision {
+                reservation_id,
+                decision,
+                ..
+            } => {
+                seen.push(format!("decision:{}", decision.outcome.as_str()));
+                if reservation.is_none() && reservation_id.is_some() {
+                    reservation = reservation_id;
+                    // The create succeeded: stall every send from now on.
+                    driver.hold_sends_for_testing(true).unwrap();
+                }
+            }
+            Event::Jeopardy {
+                reason,
+                reservation_id,
+                proven_until_ns,
+                due_ns,
+                at_ns,
+                ..
+            } => {
+                assert_eq!(reservation_id, reservation);
+                seen.push(format!("jeopardy:{reason}"));
+                match reason {
+                    JeopardyReason::LateBeat => {
+                        assert!(at_ns > due_ns.unwrap());
+                    }
+                    JeopardyReason::ProvenUntilReached => {
+                        assert!(at_ns >= proven_until_ns.unwrap());
+                        let id = reservation.clone().unwrap();
+                        let lapsed = serve
+                            .lines
+                            .lock()
+                            .unwrap()
+                            .iter()
+                            .any(|l| l.starts_with(&format!("LAPSE reservation_id={id} ")));
+                        lapsed_at_proven = Some(lapsed);
+                        // Wait for the lapse, then let the held beat go.
+                        let until = Instant::now() + Duration::from_secs(10);
+                        while !serve
+                            .lines
+                            .lock()
+                            .unwrap()
+                            .iter()
+                            .any(|l| l.starts_with(&format!("LAPSE reservation_id={id} ")))
+                        {
+                            assert!(Instant::now() < until, "no LAPSE reported");
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        driver.hold_sends_for_testing(false).unwrap();
+                    }
+                }
+            }
+            Event::Stopped { reason, .. } => break reason,
+            Event::Error { error, .. } => panic!("{error}"),
+        }
+    };
+    assert_eq!(
+        lapsed_at_proven,
+        Some(false),
+        "jeopardy came after the lapse"
+    );
+    assert_eq!(
+        seen,
+        [
+            "decision:success",
+            "jeopardy:late_beat",
+            "jeopardy:proven_until_reached",
+            "decision:permanent",
+        ]
+    );
+    // The held beat was sent after the jeopardy and found the lease gone.
+    assert_eq!(reason, StopReason::Expired);
+    driver.shutdown();
+}
+
+/// An API key that cannot be a header value is refused up front, without
+/// echoing it (Rust API and `leasebeat run`).
+#[test]
+fn api_keys_with_cr_or_lf_are_refused_up_front() {
+    for key in ["se\r\ncret", "secret\n", "sec\0ret", ""] {
+        let err = Driver::new(DriverConfig::new("http://127.0.0.1:1", ApiKey::new(key)))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(matches!(err, DriverError::BadApiKey(_)), "{err:?}");
+        if !key.is_empty() {
+            assert!(!err.to_string().contains("cret"), "{err}");
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+        .args([
+            "run",
+            "--url",
+            "http://127.0.0.1:1",
+            "--reservation",
+            "rsv-1",
+        ])
+        .args(["--api-key", "top\r\nsecret-value"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("CR or LF"), "{stderr}");
+    assert!(!stderr.contains("secret-value"), "{stderr}");
+}
+
+/// A 404 whose body is over the driver's 1 MiB limit is a complete response
+/// with no usable body: the lease stops `not_found`, it is not retried as a
+/// transport failure.
+#[test]
+fn an_oversized_404_body_stops_not_found() {
+    use std::net::TcpListener;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        // One connection: read the request head and body, answer 404 with
+        // a 2 MiB HTML page.
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = s.read(&mut chunk).unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf).to_string();
+            if let Some(head_end) = text.find("\r\n\r\n") {
+                let len: usize = text
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap())
+                    })
+                    .unwrap_or(0);
+                if buf.len() >= head_end + 4 + len {
+                    break;
+                }
+            }
+            assert!(n > 0, "client closed early");
+        }
+        let page = format!("<html><body>{}</body></html>", "x".repeat(2 << 20));
+        let head = format!(
+            "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            page.len()
+        );
+        let _ = s.write_all(head.as_bytes());
+        let _ = s.write_all(page.as_bytes());
+    });
+    let (driver, events) = Driver::new(DriverConfig::new(
+        format!("http://{addr}"),
+        ApiKey::new(KEY),
+    ))
+    .unwrap();
+    let hb = leasebeat::Heartbeat::for_reservation(config(60_000, 2_000), "rsv-big").unwrap();
+    driver.start_heartbeat(hb).unwrap();
+    let mut outcomes = Vec::new();
+    let reason = loop {
+        match events
+            .recv_timeout(Duration::from_secs(20))
+            .expect("an event")
+        {
+            Event::Decision { outcome, .. } => outcomes.push(outcome),
+            Event::Stopped { reason, .. } => break reason,
+            Event::Jeopardy { .. } => {}
+            Event::Error { error, .. } => panic!("{error}"),
+        }
+    };
+    assert_eq!(outcomes, vec![Outcome::Status(404)]);
+    assert_eq!(reason, StopReason::NotFound);
+    driver.shutdown();
+    server.join().unwrap();
+}
+
+/// `leasebeat serve --max-connections 2`: a third concurrent connection is
+/// answered 503 and closed; the summary line on SIGTERM counts it.
+#[test]
+fn serve_caps_connections_and_prints_a_summary() {
+    let mut serve = Serve::start(&["--max-connections", "2"]);
+    let addr = serve.url.strip_prefix("http://").unwrap().to_owned();
+    // Two idle connections hold the cap.
+    let a = TcpStream::connect(&addr).unwrap();
+    let b = TcpStream::connect(&addr).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut c = TcpStream::connect(&addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 503"), "{out:?}");
+    drop((a, b));
+    // SIGTERM: the summary line, then exit 0.
+    let pid = serve.child.id().to_string();
+    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let exit = serve.child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    std::thread::sleep(Duration::from_millis(100));
+    let lines = serve.lines.lock().unwrap().clone();
+    let summary = lines
+        .iter()
+        .find(|l| l.starts_with("summary "))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!(summary, "summary leases=0 extensions=0 lapses=0 refused=1");
+    serve.kill();
+}
+
+/// The server refuses request bodies over the model's size cap (nothing is
+/// stored), and bounds each reservation's extension records.
+#[test]
+fn serve_refuses_oversized_requests() {
+    let serve = Serve::start(&[]);
+    let big = "x".repeat(64 * 1024);
+    let create = format!(
+        r#"{{"idempotency_key":"c1","subject":{{"tenant":"{big}"}},"action":{{"kind":"k","name":"n"}},"estimate":{{"unit":"TOKENS","amount":3}}}}"#
+    );
+    let (status, body) = raw(
+        &serve.url,
+        "/v1/reservations",
+        &[("X-Cycles-API-Key", KEY)],
+        &create,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"], "INVALID_REQUEST");
 }

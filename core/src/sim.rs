@@ -20,7 +20,8 @@
 //! A reservation is alive while `server time <= expires_at_ms`; the model
 //! knows each reservation's true expiry, so a test can check any lapse.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use serde_json::{Map, Value, json};
 
@@ -73,7 +74,11 @@ pub struct Lease {
     pub state: LeaseState,
     /// Server time of the create.
     pub created_at_ms: u64,
-    extend_keys: HashMap<String, Stored>,
+    /// The last [`EXTEND_KEYS_KEPT`] extension keys (a client only ever
+    /// retries its latest key).
+    extend_keys: VecDeque<(String, Stored)>,
+    /// The lapse was reported by [`SimServer::take_lapses`].
+    lapse_reported: bool,
     /// The create's `estimate` (echoed as `reserved`).
     reserved: Value,
     /// The create asked for `overage_policy: REJECT`.
@@ -127,6 +132,35 @@ pub struct SimServer {
     create_keys: HashMap<String, (String, Stored)>,
     next_id: u64,
     next_request: u64,
+    /// Every expiry ever set, with the lease it belongs to (lazy deletion:
+    /// an entry whose lease moved on is dropped when it surfaces).
+    expiries: BinaryHeap<Reverse<(u64, String)>>,
+    /// Extensions applied, over all leases.
+    extensions_total: u64,
+    /// Lapses reported by [`SimServer::take_lapses`].
+    lapses_total: u64,
+}
+
+/// How many extension idempotency records a reservation keeps (the most
+/// recent ones): a client retries only its latest key, so older records
+/// are dropped to bound memory per reservation.
+pub const EXTEND_KEYS_KEPT: usize = 4;
+
+/// The largest request body the model accepts (bytes): a conforming
+/// request is far smaller (the protocol caps every subject field at 128
+/// characters). Larger bodies are refused with 400 `INVALID_REQUEST` and
+/// nothing is stored.
+pub const MAX_REQUEST_BYTES: usize = 16 * 1024;
+
+/// A reservation that expired while still ACTIVE (reported once).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimLapse {
+    /// The reservation.
+    pub id: String,
+    /// Its expiry (server clock).
+    pub expires_at_ms: u64,
+    /// Extensions it had received.
+    pub extensions: u32,
 }
 
 fn int(o: &Map<String, Value>, name: &str) -> Option<u64> {
@@ -169,11 +203,85 @@ impl SimServer {
         )
     }
 
+    /// Number of reservations held.
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Extensions applied over all reservations.
+    pub fn extensions_total(&self) -> u64 {
+        self.extensions_total
+    }
+
+    /// Lapses reported so far by [`SimServer::take_lapses`].
+    pub fn lapses_total(&self) -> u64 {
+        self.lapses_total
+    }
+
+    /// Reservations that lapsed (expired while ACTIVE, `now_ms >
+    /// expires_at_ms`) and were not reported yet. Driven by a heap of
+    /// expiries: the cost is `O(log n)` per expiry that passed, never a
+    /// scan of every reservation. A lapsed reservation (and its
+    /// idempotency records) is then forgotten after `retention_ms`
+    /// further milliseconds (an extend of it is then `404 NOT_FOUND`);
+    /// finalized ones are forgotten `retention_ms` after their expiry.
+    pub fn take_lapses(&mut self, now_ms: u64, retention_ms: u64) -> Vec<SimLapse> {
+        let mut out = Vec::new();
+        while let Some(Reverse((t, _))) = self.expiries.peek() {
+            if *t >= now_ms {
+                break;
+            }
+            let Some(Reverse((t, id))) = self.expiries.pop() else {
+                break;
+            };
+            let Some(lease) = self.leases.get_mut(&id) else {
+                continue;
+            };
+            if lease.expires_at_ms != t {
+                // A retention entry (pushed as expiry + retention), or an
+                // expiry that an extension moved on.
+                if t.checked_sub(retention_ms) == Some(lease.expires_at_ms) && retention_ms > 0 {
+                    let lease = self.leases.remove(&id).expect("present");
+                    let _ = lease;
+                }
+                continue;
+            }
+            if lease.state == LeaseState::Active && !lease.lapse_reported {
+                lease.lapse_reported = true;
+                self.lapses_total += 1;
+                out.push(SimLapse {
+                    id: id.clone(),
+                    expires_at_ms: t,
+                    extensions: lease.extensions,
+                });
+            }
+            if retention_ms > 0 {
+                self.expiries
+                    .push(Reverse((t.saturating_add(retention_ms), id)));
+            }
+        }
+        if retention_ms > 0 && out.is_empty() {
+            let leases = &self.leases;
+            if self.create_keys.len() > 2 * leases.len() + 1024 {
+                self.create_keys
+                    .retain(|_, (id, _)| leases.contains_key(id));
+            }
+        }
+        out
+    }
+
     fn parse_request(
         &mut self,
         body: &[u8],
         header_key: Option<&str>,
     ) -> Result<(Value, String), SimResponse> {
+        if body.len() > MAX_REQUEST_BYTES {
+            return Err(self.error(
+                400,
+                "INVALID_REQUEST",
+                &format!("request body exceeds {MAX_REQUEST_BYTES} bytes"),
+            ));
+        }
         let v: Value = match serde_json::from_slice(body) {
             Ok(v @ Value::Object(_)) => v,
             _ => return Err(self.error(400, "INVALID_REQUEST", "body must be a JSON object")),
@@ -270,6 +378,7 @@ impl SimServer {
             expires_at_ms,
         };
         self.create_keys.insert(key, (id.clone(), stored));
+        self.expiries.push(Reverse((expires_at_ms, id.clone())));
         self.leases.insert(
             id.clone(),
             Lease {
@@ -278,7 +387,8 @@ impl SimServer {
                 extensions: 0,
                 state: LeaseState::Active,
                 created_at_ms: now_ms,
-                extend_keys: HashMap::new(),
+                extend_keys: VecDeque::new(),
+                lapse_reported: false,
                 reserved: estimate,
                 overage_reject,
                 commit_keys: HashMap::new(),
@@ -304,7 +414,12 @@ impl SimServer {
         let Some(lease) = self.leases.get(id) else {
             return self.error(404, "NOT_FOUND", "reservation not found");
         };
-        if let Some(stored) = lease.extend_keys.get(&key).cloned() {
+        if let Some(stored) = lease
+            .extend_keys
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, s)| s.clone())
+        {
             if stored.request != request {
                 return self.error(409, "IDEMPOTENCY_MISMATCH", "same key, different request");
             }
@@ -352,9 +467,16 @@ impl SimServer {
             expires_at_ms: expires,
         };
         let lease = self.leases.get_mut(id).expect("looked up above");
+        if lease.expires_at_ms != expires {
+            self.expiries.push(Reverse((expires, id.to_owned())));
+        }
         lease.expires_at_ms = expires;
         lease.extensions += 1;
-        lease.extend_keys.insert(key, stored);
+        self.extensions_total += 1;
+        if lease.extend_keys.len() >= EXTEND_KEYS_KEPT {
+            lease.extend_keys.pop_front();
+        }
+        lease.extend_keys.push_back((key, stored));
         self.remaining_field(&mut response, expires, true, now_ms);
         SimResponse::json(200, &Value::Object(response))
     }
@@ -598,6 +720,57 @@ mod tests {
         let r = s.extend(91_001, &id, None, &extend_body("e2"));
         assert_eq!(body(&r)["remaining_ttl_ms"], 0);
         assert_eq!(s.extend(0, "nope", None, &extend_body("e5")).status, 404);
+    }
+
+    #[test]
+    fn lapses_come_from_the_expiry_heap_once_and_are_then_forgotten() {
+        let mut s = SimServer::new(Policy::default());
+        let a = body(&s.create(0, None, &create_body("a")))["reservation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let b = body(&s.create(0, None, &create_body("b")))["reservation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // b is extended (its first expiry entry goes stale), a is not.
+        assert_eq!(s.extend(30_000, &b, None, &extend_body("e1")).status, 200);
+        assert!(s.take_lapses(60_000, 1_000).is_empty()); // alive at its expiry
+        let l = s.take_lapses(60_001, 1_000);
+        assert_eq!(l.len(), 1);
+        assert_eq!((l[0].id.as_str(), l[0].expires_at_ms), (a.as_str(), 60_000));
+        assert!(s.take_lapses(60_500, 1_000).is_empty()); // reported once
+        assert_eq!(s.lapses_total(), 1);
+        assert_eq!(s.extensions_total(), 1);
+        // After the retention, a is forgotten; b lives on.
+        assert!(s.take_lapses(61_001, 1_000).is_empty());
+        assert!(s.lease(&a).is_none());
+        assert_eq!(s.extend(61_001, &a, None, &extend_body("e2")).status, 404);
+        assert_eq!(s.lease_count(), 1);
+        assert_eq!(s.take_lapses(120_001, 1_000).len(), 1);
+    }
+
+    #[test]
+    fn extension_records_are_bounded_and_big_requests_refused() {
+        let mut s = SimServer::new(Policy::default());
+        let id = body(&s.create(0, None, &create_body("c")))["reservation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        for i in 0..100 {
+            let k = format!("e{i}");
+            assert_eq!(s.extend(1, &id, None, &extend_body(&k)).status, 200);
+        }
+        assert_eq!(s.lease(&id).unwrap().extend_keys.len(), EXTEND_KEYS_KEPT);
+        // The latest key still replays (no new extension).
+        let before = s.lease(&id).unwrap().expires_at_ms;
+        assert_eq!(s.extend(2, &id, None, &extend_body("e99")).status, 200);
+        assert_eq!(s.lease(&id).unwrap().expires_at_ms, before);
+        let mut req: Value = serde_json::from_slice(&create_body("big")).unwrap();
+        req["subject"]["tenant"] = Value::from("x".repeat(MAX_REQUEST_BYTES));
+        let r = s.create(3, None, &serde_json::to_vec(&req).unwrap());
+        assert_eq!(r.status, 400);
+        assert_eq!(s.lease_count(), 1);
     }
 
     fn created(s: &mut SimServer, key: &str, extra: Value) -> String {

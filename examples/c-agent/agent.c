@@ -103,6 +103,11 @@ static void on_event(void *user_data, const lb_event *event) {
         printf("error lease=%llu %s\n", (unsigned long long)info.lease_id, msg);
         break;
     }
+    case LB_EVENT_KIND_JEOPARDY:
+        /* D-15: the lease may lapse before the driver learns more; it keeps beating. */
+        printf("lease_in_jeopardy lease=%llu reservation=%s reason=%s\n", (unsigned long long)info.lease_id,
+               rid[0] ? rid : "-", lb_jeopardy_reason_str(info.jeopardy));
+        break;
     }
     fflush(stdout);
 }

@@ -214,6 +214,72 @@ pub extern "C" fn lb_decision_get(
     })
 }
 
+/// The lease's instants a decision carries, copied out by
+/// lb_decision_get_instants(): an addition beside ::lb_decision_info, which
+/// keeps its layout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct lb_decision_instants {
+    /// True when the decision carries D-15's `proven_until`: on every
+    /// primary-path decision after the first success (retries and stops
+    /// included); false before the first success and on the fallback path,
+    /// which proves nothing.
+    pub has_proven_until: bool,
+    /// The instant (caller monotonic ns, the clock of `at`) until which the
+    /// lease is proven alive: the receipt of the last primary success plus
+    /// its lead floor. `infinite` is +infinity (the sum overflowed; `ns` is
+    /// then 0). Reaching it without a newer success puts the lease in
+    /// jeopardy. All zero when `has_proven_until` is false.
+    pub proven_until: lb_time,
+    /// True when the decision answers a success that carried `expires_at_ms`.
+    pub has_expires_at_ms: bool,
+    /// The deciding success's `expires_at_ms` (server clock, ms since the
+    /// Unix epoch); 0 when absent.
+    pub expires_at_ms: u64,
+    /// True when the decision answers a success that carried
+    /// `remaining_ttl_ms`.
+    pub has_remaining_ttl_ms: bool,
+    /// The deciding success's `remaining_ttl_ms`; 0 when absent.
+    pub remaining_ttl_ms: u64,
+}
+
+/// Copies the lease's instants of a decision (`proven_until`,
+/// `expires_at_ms`, `remaining_ttl_ms`) into `*out`, e.g. to update an SDK's
+/// context on every beat.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_decision_get_instants(
+    decision: *const lb_decision,
+    out: *mut lb_decision_instants,
+) -> crate::error::lb_status {
+    with_decision(decision, |d| {
+        check_out(out, "out")?;
+        let info = lb_decision_instants {
+            has_proven_until: d.proven_until_ns.is_some(),
+            proven_until: match d.proven_until_ns {
+                None => lb_time {
+                    infinite: false,
+                    ns: 0,
+                },
+                Some(u64::MAX) => lb_time {
+                    infinite: true,
+                    ns: 0,
+                },
+                Some(ns) => lb_time {
+                    infinite: false,
+                    ns,
+                },
+            },
+            has_expires_at_ms: d.expires_at_ms.is_some(),
+            expires_at_ms: d.expires_at_ms.unwrap_or(0),
+            has_remaining_ttl_ms: d.remaining_ttl_ms.is_some(),
+            remaining_ttl_ms: d.remaining_ttl_ms.unwrap_or(0),
+        };
+        // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, info) };
+        Ok(())
+    })
+}
+
 /// Writes the number called `name` (NUL-terminated, one of the scenario
 /// format's names: `"rtt"`, `"max_rtt"`, `"lead_floor"`, `"attempt_budget"`,
 /// `"safety_margin"`, `"retry_reserve"`, `"next_delay"`, `"lead"`,
@@ -306,7 +372,9 @@ pub extern "C" fn lb_decision_detail(
 
 /// Copies the decision as the scenario format's emitted-decision JSON object
 /// (`next`, `at` in ms, `key`, `key_index`, `reason`, `mode`, `numbers`,
-/// `warnings`; without `id` and `step`, which only a replay knows) into `buf`
+/// `warnings`, and where they apply `proven_until` in ms or `"inf"`,
+/// `expires_at_ms`, `remaining_ttl_ms`; without `id` and `step`, which only a
+/// replay knows) into `buf`
 /// as NUL-terminated compact UTF-8 JSON. Buffer convention of
 /// lb_heartbeat_attempt_key(). Integers are exact (they may exceed 2^53).
 #[unsafe(no_mangle)]

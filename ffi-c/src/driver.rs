@@ -17,7 +17,9 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
-use leasebeat::driver::{ApiKey, Driver, DriverConfig, DriverError, Event, Outcome};
+use leasebeat::driver::{
+    ApiKey, Driver, DriverConfig, DriverError, Event, JeopardyReason, Outcome,
+};
 use leasebeat::{Response, TransportFailure};
 use serde_json::{Map, Value};
 
@@ -64,6 +66,37 @@ pub enum lb_event_kind {
     /// anomaly): `error_status` and lb_event_error_message() say what. The
     /// lease is then cancelled: a decision and a stopped event follow.
     Error = 2,
+    /// `lease_in_jeopardy` (D-15): the lease may lapse on the server before
+    /// the driver learns more. `jeopardy` says why (`proven_until_reached`
+    /// or `late_beat`), `time_ns` when it was detected, `due_ns` and
+    /// `proven_until_ns` the instants involved. Reported the moment it
+    /// happens, however loaded the driver is; the lease keeps heartbeating
+    /// (more decisions follow).
+    Jeopardy = 3,
+}
+
+/// Why a lease is in jeopardy (`LB_EVENT_KIND_JEOPARDY`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum lb_jeopardy_reason {
+    /// Not a jeopardy event.
+    None = 0,
+    /// `proven_until_reached`: the driver reached the lease's proven lead
+    /// (receipt of its last primary success + that success's `lead_floor`)
+    /// without a newer success.
+    ProvenUntilReached = 1,
+    /// `late_beat`: a scheduled beat was still not sent at its due time plus
+    /// the safety margin (the driver is overloaded or stalled).
+    LateBeat = 2,
+}
+
+impl lb_jeopardy_reason {
+    fn from_core(r: JeopardyReason) -> lb_jeopardy_reason {
+        match r {
+            JeopardyReason::ProvenUntilReached => lb_jeopardy_reason::ProvenUntilReached,
+            JeopardyReason::LateBeat => lb_jeopardy_reason::LateBeat,
+        }
+    }
 }
 
 /// What produced a decision event.
@@ -123,6 +156,17 @@ pub struct lb_event_info {
     /// For `LB_EVENT_KIND_ERROR`: the core's error kind as a status
     /// (`LB_STATUS_TIME_WENT_BACKWARDS`, ...); `LB_STATUS_OK` otherwise.
     pub error_status: lb_status,
+    /// For `LB_EVENT_KIND_JEOPARDY`: why; `LB_JEOPARDY_REASON_NONE` otherwise.
+    pub jeopardy: lb_jeopardy_reason,
+    /// For a decision answering an attempt: when that attempt was due
+    /// (`attempt_sent_ns - due_ns` is its lateness; negative when sent early
+    /// by the timer slack). For a jeopardy event: the due time of the
+    /// lease's scheduled beat. 0 when there is none.
+    pub due_ns: u64,
+    /// For a jeopardy event: the lease's proven lead (`proven_until`, driver
+    /// clock ns; `UINT64_MAX` is +infinity); 0 when it has none (before the
+    /// first success, on the fallback path) and for other events.
+    pub proven_until_ns: u64,
 }
 
 /// One event of a driver (opaque), lent to the callback: valid only while
@@ -162,6 +206,9 @@ impl lb_event {
                 attempt_sent_ns: 0,
                 time_ns: 0,
                 error_status: lb_status::Ok,
+                jeopardy: lb_jeopardy_reason::None,
+                due_ns: 0,
+                proven_until_ns: 0,
             },
             reservation_id,
             decision: None,
@@ -203,6 +250,7 @@ impl lb_event {
                         lb_key_use::from_option(Some(std::hint::black_box(a.key_use)));
                     e.info.attempt_key_index = a.key_index;
                     e.info.attempt_sent_ns = a.sent_ns;
+                    e.info.due_ns = a.due_ns.unwrap_or(0);
                 }
                 e.info.time_ns = observed_ns;
                 e.decision = Some(lb_decision::from_core(*decision));
@@ -217,6 +265,21 @@ impl lb_event {
                 let mut e = lb_event::blank(lb_event_kind::Stopped, lease.0, reservation_id);
                 e.info.stop_reason = lb_stop_reason::from_core(reason);
                 e.info.time_ns = at_ns;
+                e
+            }
+            Event::Jeopardy {
+                lease,
+                reservation_id,
+                reason,
+                at_ns,
+                due_ns,
+                proven_until_ns,
+            } => {
+                let mut e = lb_event::blank(lb_event_kind::Jeopardy, lease.0, reservation_id);
+                e.info.jeopardy = lb_jeopardy_reason::from_core(reason);
+                e.info.time_ns = at_ns;
+                e.info.due_ns = due_ns.unwrap_or(0);
+                e.info.proven_until_ns = proven_until_ns.unwrap_or(0);
                 e
             }
             Event::Error {
@@ -296,6 +359,8 @@ fn driver_error(e: DriverError) -> Fail {
         DriverError::ShutDown => shut_down(),
         // The message names the URL, never the API key.
         e @ DriverError::BadUrl(_) => Fail::invalid(e.to_string()),
+        // Says why, never the key.
+        e @ DriverError::BadApiKey(_) => Fail::invalid(e.to_string()),
     }
 }
 
@@ -350,8 +415,9 @@ impl lb_driver {
     }
 
     /// Cancels every lease, joins the core's threads, then the dispatcher
-    /// (after it delivered every event). Idempotent.
-    fn shutdown(&self) -> Result<(), Fail> {
+    /// (after it delivered every event). Idempotent: returns whether this
+    /// call did it (false when the driver had already shut down).
+    fn shutdown(&self) -> Result<bool, Fail> {
         if self.in_callback() {
             return Err(Fail::new(
                 lb_status::InCallback,
@@ -363,6 +429,7 @@ impl lb_driver {
             Ok(mut g) => g.take(),
             Err(poisoned) => poisoned.into_inner().take(),
         };
+        let first = driver.is_some();
         if let Some(d) = driver {
             // The only reference left: every `off_thread` call has joined.
             match Arc::try_unwrap(d) {
@@ -377,7 +444,7 @@ impl lb_driver {
         if let Some(h) = dispatcher {
             let _ = h.join();
         }
-        Ok(())
+        Ok(first)
     }
 }
 
@@ -396,7 +463,10 @@ impl lb_driver {
 /// lb_driver_shutdown() and/or free it with lb_driver_free().
 ///
 /// Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
-/// `LB_STATUS_INVALID_ARGUMENT` (the URL's scheme, zero workers),
+/// `LB_STATUS_INVALID_ARGUMENT` (the URL's scheme, zero workers, an API key
+/// that cannot be an HTTP header value: empty, CR, LF or another control
+/// character, non-ASCII, leading/trailing whitespace; the message never
+/// contains the key),
 /// `LB_STATUS_INVALID_CONFIG` (a thread could not be started).
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_driver_new(
@@ -638,17 +708,42 @@ pub extern "C" fn lb_driver_commit(
 /// threads, then lets the dispatcher deliver every remaining event and joins
 /// it. When it returns, the callback has been called for the last time.
 /// Later calls on the driver (but lb_driver_free()) return
-/// `LB_STATUS_SHUT_DOWN`; a second shutdown is a no-op. Another thread may be
-/// calling the `const lb_driver *` functions meanwhile.
+/// `LB_STATUS_SHUT_DOWN`, a second lb_driver_shutdown() included (it does
+/// nothing else). Another thread may be calling the `const lb_driver *`
+/// functions meanwhile.
 ///
-/// Errors: `LB_STATUS_IN_CALLBACK` when called from the event callback
-/// (nothing is done), `LB_STATUS_NULL_ARGUMENT`.
+/// Errors: `LB_STATUS_SHUT_DOWN` (already shut down; nothing is done),
+/// `LB_STATUS_IN_CALLBACK` when called from the event callback (nothing is
+/// done), `LB_STATUS_NULL_ARGUMENT`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_driver_shutdown(driver: *mut lb_driver) -> lb_status {
     guard(|| {
         // SAFETY: `driver` is NULL or a live driver (internally synchronized).
         let d = unsafe { try_ref(driver.cast_const(), "driver") }?;
-        d.shutdown()
+        if d.shutdown()? {
+            Ok(())
+        } else {
+            Err(shut_down())
+        }
+    })
+}
+
+/// Test hook, not for production use: while `hold` is true the driver sends
+/// nothing (no create, no beat), as if its timer were stalled, but keeps
+/// running its jeopardy checks; setting it back to false sends every held
+/// beat at once. Tests use it to prove that `LB_EVENT_KIND_JEOPARDY` comes
+/// before a lease can lapse on the server.
+///
+/// Errors: `LB_STATUS_SHUT_DOWN`, `LB_STATUS_NULL_ARGUMENT`.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_driver_hold_sends_for_testing(
+    driver: *const lb_driver,
+    hold: bool,
+) -> lb_status {
+    guard(|| {
+        // SAFETY: `driver` is NULL or a live driver (internally synchronized).
+        let d = unsafe { try_ref(driver, "driver") }?;
+        d.with(|driver| driver.hold_sends_for_testing(hold).map_err(driver_error))
     })
 }
 
@@ -668,7 +763,7 @@ pub extern "C" fn lb_driver_free(driver: *mut lb_driver) {
             // SAFETY: a non-NULL `driver` came from lb_driver_new() and is
             // freed once, by the caller's promise.
             let d = unsafe { &*driver };
-            d.shutdown()?;
+            let _ = d.shutdown()?;
         }
         // SAFETY: as above; every thread that used it has been joined.
         drop(unsafe { Box::from_raw(driver) });
@@ -753,7 +848,8 @@ pub extern "C" fn lb_event_error_message(
 }
 
 /// The stable string of an event kind: `"decision"`, `"stopped"`,
-/// `"error"`; `"unknown"` for other values. Static; do not free.
+/// `"error"`, `"lease_in_jeopardy"`; `"unknown"` for other values. Static;
+/// do not free.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_event_kind_str(kind: i32) -> *const c_char {
     crate::error::guard_str(
@@ -762,6 +858,7 @@ pub extern "C" fn lb_event_kind_str(kind: i32) -> *const c_char {
                 lb_event_kind::Decision,
                 lb_event_kind::Stopped,
                 lb_event_kind::Error,
+                lb_event_kind::Jeopardy,
             ]
             .into_iter()
             .find(|k| *k as i32 == kind)
@@ -769,7 +866,24 @@ pub extern "C" fn lb_event_kind_str(kind: i32) -> *const c_char {
                 lb_event_kind::Decision => b"decision\0",
                 lb_event_kind::Stopped => b"stopped\0",
                 lb_event_kind::Error => b"error\0",
+                lb_event_kind::Jeopardy => b"lease_in_jeopardy\0",
             })
+        },
+        b"unknown\0",
+    )
+}
+
+/// The stable string of a jeopardy reason: `"proven_until_reached"`,
+/// `"late_beat"`; `"none"` for `LB_JEOPARDY_REASON_NONE`, `"unknown"` for
+/// other values. Static; do not free.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_jeopardy_reason_str(reason: i32) -> *const c_char {
+    crate::error::guard_str(
+        || match reason {
+            0 => &b"none\0"[..],
+            1 => b"proven_until_reached\0",
+            2 => b"late_beat\0",
+            _ => b"unknown\0",
         },
         b"unknown\0",
     )

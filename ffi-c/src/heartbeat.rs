@@ -4,8 +4,8 @@ use std::ffi::c_char;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use leasebeat::{
-    Action, Config, Heartbeat, KeySource, Response, SequentialKeys, Timing, TransportFailure,
-    UuidV4Keys,
+    Action, AdoptedCreate, Config, CreateOutcome, Heartbeat, KeySource, Response, SequentialKeys,
+    Timing, TransportFailure, UuidV4Keys,
 };
 use serde_json::Value;
 
@@ -113,13 +113,18 @@ pub extern "C" fn lb_config_free(cfg: *mut lb_config) {
 }
 
 impl lb_config {
+    /// The key source of heartbeats made from this configuration.
+    fn keys(&self) -> Box<dyn KeySource> {
+        match &self.key_prefix {
+            Some(prefix) => Box::new(SequentialKeys::new(prefix.clone())),
+            None => Box::new(UuidV4Keys),
+        }
+    }
+
     /// A heartbeat from this configuration: a create first, or (with a
     /// reservation id) an immediate extension of an existing reservation.
     pub(crate) fn heartbeat(&self, reservation_id: Option<&str>) -> Result<Heartbeat, Fail> {
-        let keys: Box<dyn KeySource> = match &self.key_prefix {
-            Some(prefix) => Box::new(SequentialKeys::new(prefix.clone())),
-            None => Box::new(UuidV4Keys),
-        };
+        let keys = self.keys();
         let config = self.config.clone();
         Ok(match reservation_id {
             None => Heartbeat::with_key_source(config, keys)?,
@@ -266,6 +271,148 @@ pub extern "C" fn lb_heartbeat_new_for_reservation(
         let id = unsafe { try_str(reservation_id, "reservation_id") }?;
         check_out(out, "out")?;
         let inner = cfg.heartbeat(Some(id))?;
+        let hb = Box::new(lb_heartbeat {
+            inner,
+            poisoned: false,
+        });
+        // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, Box::into_raw(hb)) };
+        Ok(())
+    })
+}
+
+/// How an adopted create ended, the `outcome` of an ::lb_adopted_create: one
+/// of `LB_ADOPTED_RESPONSE`, `LB_ADOPTED_FAILURE`. A plain integer type so
+/// that any value the caller passes can be checked.
+pub type lb_adopted_outcome = u32;
+/// The create got an HTTP response (`status`, `headers`, `body`).
+pub const LB_ADOPTED_RESPONSE: lb_adopted_outcome = 0;
+/// The create failed in transport (`failure`).
+pub const LB_ADOPTED_FAILURE: lb_adopted_outcome = 1;
+
+/// A create the caller performed itself (e.g. with an SDK's own HTTP
+/// client), handed over to lb_heartbeat_adopt_create(). Zero-initialize it
+/// (`lb_adopted_create c = {0};`) and fill in what applies; only read during
+/// the call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct lb_adopted_create {
+    /// The idempotency key the create used (header and body), NUL-terminated
+    /// UTF-8 of 1..=256 characters. A same-key create retry reuses it.
+    pub key: *const c_char,
+    /// The exact create request body sent (a JSON object whose
+    /// `idempotency_key`, if present, equals `key`), `request_body_len`
+    /// bytes; a create retry resends it byte for byte. NULL (with length 0)
+    /// when the caller does not have it: a retry then sends the body the
+    /// configuration builds (`create_request` plus `idempotency_key` and
+    /// `ttl_ms`).
+    pub request_body: *const u8,
+    /// The length of `request_body` in bytes.
+    pub request_body_len: usize,
+    /// True when `sent_ns` holds when the create was sent; false when that
+    /// is unknown, which makes the round trip unknown (HB-12: lead floor 0,
+    /// an immediate first beat).
+    pub sent_known: bool,
+    /// When the create was sent (monotonic ns, the clock of every later call).
+    pub sent_ns: u64,
+    /// When its outcome was observed (after the complete body), monotonic ns;
+    /// not before `sent_ns`.
+    pub received_ns: u64,
+    /// `LB_ADOPTED_RESPONSE` or `LB_ADOPTED_FAILURE`.
+    pub outcome: lb_adopted_outcome,
+    /// For a response: the HTTP status (100..=999).
+    pub status: u32,
+    /// For a response: `header_count` name/value pairs in arrival order
+    /// (repeated headers repeat); NULL only with a count of 0.
+    pub headers: *const lb_header,
+    /// The number of `headers`.
+    pub header_count: usize,
+    /// For a response: the raw body bytes; NULL only with a length of 0.
+    pub body: *const u8,
+    /// The length of `body` in bytes.
+    pub body_len: usize,
+    /// For a response: true when its round trip could not be measured
+    /// (HB-12), even though `sent_ns` is known.
+    pub timing_unknown: bool,
+    /// For a failure: `LB_FAILURE_TIMEOUT`, `LB_FAILURE_CONNECT` or
+    /// `LB_FAILURE_RESET`.
+    pub failure: lb_failure,
+}
+
+/// Takes over a lease whose create the caller performed itself: the create's
+/// key, send and receive instants and raw outcome are classified exactly as
+/// if the heartbeat had sent the create (HB-15: a success anchors the
+/// schedule with no priming extension; a timeout, reset, 5xx or ambiguous 2xx
+/// asks for the one same-key create retry with the caller's key; a 4xx stops
+/// `create_rejected`; and so on). The create counts as attempt 1 and its key
+/// as key 1. Extensions take keys from the configuration (random UUIDv4, or
+/// lb_config_set_key_prefix()).
+///
+/// On success `*out` owns the heartbeat (free it with lb_heartbeat_free());
+/// its first decision is lb_heartbeat_last_decision()'s, and its next action
+/// lb_heartbeat_poll_action()'s. `cfg` and `create` are only read.
+///
+/// Errors: `LB_STATUS_INVALID_CONFIG`, `LB_STATUS_INVALID_KEY` (a key of 0
+/// or more than 256 characters), `LB_STATUS_INVALID_ARGUMENT` (an unknown
+/// `outcome` or `failure`, a status outside 100..=999, `sent_ns` after
+/// `received_ns`, a `request_body` that is not a JSON object or whose
+/// `idempotency_key` differs from `key`), `LB_STATUS_INVALID_UTF8` (`key`).
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_heartbeat_adopt_create(
+    cfg: *const lb_config,
+    create: *const lb_adopted_create,
+    out: *mut *mut lb_heartbeat,
+) -> lb_status {
+    guard(|| {
+        // SAFETY: `cfg` is NULL or a live configuration not mutated during the call.
+        let cfg = unsafe { try_ref(cfg, "cfg") }?;
+        // SAFETY: `create` is NULL or a readable lb_adopted_create.
+        let c = unsafe { try_ref(create, "create") }?;
+        check_out(out, "out")?;
+        // SAFETY: `key` is NULL or a NUL-terminated string, by the caller's promise.
+        let key = unsafe { try_str(c.key, "create->key") }?;
+        let body = if c.request_body.is_null() && c.request_body_len == 0 {
+            None
+        } else {
+            // SAFETY: `request_body` is valid for `request_body_len` bytes
+            // (a NULL pointer with a length is refused inside).
+            Some(
+                unsafe { try_slice(c.request_body, c.request_body_len, "create->request_body") }?
+                    .to_vec(),
+            )
+        };
+        let outcome = match c.outcome {
+            LB_ADOPTED_RESPONSE => CreateOutcome::Response(
+                // SAFETY: the response pointers are NULL (with 0) or valid for
+                // their lengths, by the caller's promise.
+                unsafe {
+                    response_from_c(
+                        c.status,
+                        c.headers,
+                        c.header_count,
+                        c.body,
+                        c.body_len,
+                        c.timing_unknown,
+                        "create->",
+                    )
+                }?,
+            ),
+            LB_ADOPTED_FAILURE => CreateOutcome::Failure(failure_from_c(c.failure)?),
+            other => {
+                return Err(Fail::invalid(format!(
+                    "unknown lb_adopted_outcome value {other} (LB_ADOPTED_RESPONSE or LB_ADOPTED_FAILURE)"
+                )));
+            }
+        };
+        let adopted = AdoptedCreate {
+            key: key.to_owned(),
+            body,
+            sent_ns: c.sent_known.then_some(c.sent_ns),
+            received_ns: c.received_ns,
+            outcome,
+        };
+        let (inner, _first) =
+            Heartbeat::adopt_create_with_key_source(cfg.config.clone(), adopted, cfg.keys())?;
         let hb = Box::new(lb_heartbeat {
             inner,
             poisoned: false,
@@ -533,36 +680,77 @@ pub extern "C" fn lb_heartbeat_handle_response(
     now_ns: u64,
 ) -> lb_status {
     mutate(hb, |hb| {
-        // SAFETY: `headers` is NULL (with 0) or valid for `header_count` elements.
-        let raw_headers = unsafe { try_slice(headers, header_count, "headers") }?;
-        let mut pairs = Vec::with_capacity(raw_headers.len());
-        for (i, h) in raw_headers.iter().enumerate() {
-            // SAFETY: each pointer is NULL (with 0) or valid for its length.
-            let name = unsafe { try_slice(h.name, h.name_len, &format!("headers[{i}].name")) }?;
-            // SAFETY: as above.
-            let value = unsafe { try_slice(h.value, h.value_len, &format!("headers[{i}].value")) }?;
-            pairs.push((name.to_vec(), value.to_vec()));
-        }
-        // SAFETY: `body` is NULL (with 0) or valid for `body_len` bytes.
-        let body = unsafe { try_slice(body, body_len, "body") }?;
-        let status = u16::try_from(status).map_err(|_| {
-            Fail::invalid(format!(
-                "HTTP status must be within 100..=999, got {status}"
-            ))
-        })?;
-        let response = Response {
-            status,
-            headers: pairs,
-            body: body.to_vec(),
-            timing: if timing_unknown {
-                Timing::Unknown
-            } else {
-                Timing::Measured
-            },
-        };
+        // SAFETY: the pointers are NULL (with 0) or valid for their lengths,
+        // by the caller's promise.
+        let response = unsafe {
+            response_from_c(
+                status,
+                headers,
+                header_count,
+                body,
+                body_len,
+                timing_unknown,
+                "",
+            )
+        }?;
         hb.handle_response(attempt_id, response, now_ns)?;
         Ok(())
     })
+}
+
+/// The core's form of a response given as C pointers. `prefix` names the
+/// struct the fields came from in error messages (e.g. `"create->"`).
+///
+/// # Safety
+/// `headers` is NULL (with a count of 0) or valid for `header_count`
+/// elements whose pointers are NULL (with 0) or valid for their lengths;
+/// `body` is NULL (with 0) or valid for `body_len` bytes.
+unsafe fn response_from_c(
+    status: u32,
+    headers: *const lb_header,
+    header_count: usize,
+    body: *const u8,
+    body_len: usize,
+    timing_unknown: bool,
+    prefix: &str,
+) -> Result<Response, Fail> {
+    // SAFETY: `headers` is NULL (with 0) or valid for `header_count` elements.
+    let raw_headers = unsafe { try_slice(headers, header_count, &format!("{prefix}headers")) }?;
+    let mut pairs = Vec::with_capacity(raw_headers.len());
+    for (i, h) in raw_headers.iter().enumerate() {
+        // SAFETY: each pointer is NULL (with 0) or valid for its length.
+        let name = unsafe { try_slice(h.name, h.name_len, &format!("{prefix}headers[{i}].name")) }?;
+        // SAFETY: as above.
+        let value =
+            unsafe { try_slice(h.value, h.value_len, &format!("{prefix}headers[{i}].value")) }?;
+        pairs.push((name.to_vec(), value.to_vec()));
+    }
+    // SAFETY: `body` is NULL (with 0) or valid for `body_len` bytes.
+    let body = unsafe { try_slice(body, body_len, &format!("{prefix}body")) }?;
+    let status = u16::try_from(status).map_err(|_| {
+        Fail::invalid(format!(
+            "HTTP status must be within 100..=999, got {status}"
+        ))
+    })?;
+    Ok(Response {
+        status,
+        headers: pairs,
+        body: body.to_vec(),
+        timing: if timing_unknown {
+            Timing::Unknown
+        } else {
+            Timing::Measured
+        },
+    })
+}
+
+fn failure_from_c(failure: lb_failure) -> Result<TransportFailure, Fail> {
+    match failure {
+        LB_FAILURE_TIMEOUT => Ok(TransportFailure::Timeout),
+        LB_FAILURE_CONNECT => Ok(TransportFailure::Connect),
+        LB_FAILURE_RESET => Ok(TransportFailure::Reset),
+        other => Err(Fail::invalid(format!("unknown lb_failure value {other}"))),
+    }
 }
 
 /// Reports a transport failure (`LB_FAILURE_TIMEOUT`, `LB_FAILURE_CONNECT` or
@@ -579,12 +767,7 @@ pub extern "C" fn lb_heartbeat_handle_failure(
     now_ns: u64,
 ) -> lb_status {
     mutate(hb, |hb| {
-        let failure = match failure {
-            LB_FAILURE_TIMEOUT => TransportFailure::Timeout,
-            LB_FAILURE_CONNECT => TransportFailure::Connect,
-            LB_FAILURE_RESET => TransportFailure::Reset,
-            other => return Err(Fail::invalid(format!("unknown lb_failure value {other}"))),
-        };
+        let failure = failure_from_c(failure)?;
         hb.handle_failure(attempt_id, failure, now_ns)?;
         Ok(())
     })

@@ -157,6 +157,16 @@ static int is_extend_ok(const rec *x, lb_lease_id lease) {
            x->info.attempt_kind == LB_NEXT_EXTEND && x->info.stop_reason == LB_STOP_REASON_NONE;
 }
 
+static int is_late_beat(const rec *x, lb_lease_id lease) {
+    return x->info.lease_id == lease && x->info.kind == LB_EVENT_KIND_JEOPARDY &&
+           x->info.jeopardy == LB_JEOPARDY_REASON_LATE_BEAT;
+}
+
+static int is_proven_reached(const rec *x, lb_lease_id lease) {
+    return x->info.lease_id == lease && x->info.kind == LB_EVENT_KIND_JEOPARDY &&
+           x->info.jeopardy == LB_JEOPARDY_REASON_PROVEN_UNTIL_REACHED;
+}
+
 /* Waits (bounded) until an event matches; returns its index or -1. */
 static long wait_for(recorder *r, pred p, lb_lease_id lease) {
     struct timespec deadline;
@@ -329,6 +339,25 @@ static void test_driver_refusals(void) {
     EXPECT(lb_driver_new("ftp://127.0.0.1:1", SECRET_KEY, 2, on_event, &r, &d), LB_STATUS_INVALID_ARGUMENT);
     CHECK(strstr(last_error_text(), "ftp://127.0.0.1:1") != NULL);
     CHECK(strstr(last_error_text(), SECRET_KEY) == NULL);
+    /* An API key that cannot be a header value is refused up front, unechoed. */
+    {
+        static const char *bad_keys[] = {"sec\r\nret-key", "secret-key\n", "", " secret-key"};
+        for (size_t k = 0; k < sizeof bad_keys / sizeof bad_keys[0]; k++) {
+            lb_driver *bad = NULL;
+            EXPECT(lb_driver_new(url, bad_keys[k], 2, on_event, &r, &bad), LB_STATUS_INVALID_ARGUMENT);
+            CHECK(bad == NULL);
+            char msg[512] = "";
+            size_t need = 0;
+            EXPECT(lb_last_error(msg, sizeof msg, &need), LB_STATUS_OK);
+            CHECK(strstr(msg, "ret-key") == NULL && strstr(msg, "API key") != NULL);
+        }
+    }
+    CHECK(strcmp(lb_event_kind_str(LB_EVENT_KIND_JEOPARDY), "lease_in_jeopardy") == 0);
+    CHECK(strcmp(lb_jeopardy_reason_str(LB_JEOPARDY_REASON_PROVEN_UNTIL_REACHED), "proven_until_reached") == 0);
+    CHECK(strcmp(lb_jeopardy_reason_str(LB_JEOPARDY_REASON_LATE_BEAT), "late_beat") == 0);
+    CHECK(strcmp(lb_jeopardy_reason_str(LB_JEOPARDY_REASON_NONE), "none") == 0);
+    CHECK(strcmp(lb_jeopardy_reason_str(99), "unknown") == 0);
+    EXPECT(lb_driver_hold_sends_for_testing(NULL, true), LB_STATUS_NULL_ARGUMENT);
     EXPECT(lb_driver_new("127.0.0.1:8080", SECRET_KEY, 2, on_event, &r, &d), LB_STATUS_INVALID_ARGUMENT);
     CHECK(strstr(last_error_text(), SECRET_KEY) == NULL);
     EXPECT(lb_driver_new("", SECRET_KEY, 2, on_event, &r, &d), LB_STATUS_INVALID_ARGUMENT);
@@ -381,7 +410,7 @@ static void test_driver_refusals(void) {
     CHECK(strcmp(lb_event_kind_str(LB_EVENT_KIND_DECISION), "decision") == 0);
     CHECK(strcmp(lb_event_kind_str(LB_EVENT_KIND_STOPPED), "stopped") == 0);
     CHECK(strcmp(lb_event_kind_str(LB_EVENT_KIND_ERROR), "error") == 0);
-    CHECK(strcmp(lb_event_kind_str(3), "unknown") == 0);
+    CHECK(strcmp(lb_event_kind_str(4), "unknown") == 0);
     CHECK(strcmp(lb_status_str(LB_STATUS_SHUT_DOWN), "shut_down") == 0);
     CHECK(strcmp(lb_status_str(LB_STATUS_IN_CALLBACK), "in_callback") == 0);
 
@@ -408,7 +437,7 @@ static void test_driver_refusals(void) {
     EXPECT(lb_driver_cancel(d, lease), LB_STATUS_OK);
     EXPECT(lb_driver_cancel(d, lease + 1), LB_STATUS_INVALID_ARGUMENT);
     EXPECT(lb_driver_shutdown(d), LB_STATUS_OK);
-    EXPECT(lb_driver_shutdown(d), LB_STATUS_OK); /* idempotent */
+    EXPECT(lb_driver_shutdown(d), LB_STATUS_SHUT_DOWN); /* a second shutdown does nothing */
     EXPECT(lb_driver_start(d, cfg, &lease), LB_STATUS_SHUT_DOWN);
     EXPECT(lb_driver_start_for_reservation(d, cfg, "r-1", &lease), LB_STATUS_SHUT_DOWN);
     EXPECT(lb_driver_cancel(d, 1), LB_STATUS_SHUT_DOWN);
@@ -544,11 +573,48 @@ static void test_driver_live(const char *url) {
     recorder_free(&r);
 }
 
+/* D-15 through the C ABI: with every send held (the test hook), a lease
+   reports LATE_BEAT jeopardy, then PROVEN_UNTIL_REACHED, and keeps going. */
+static void test_driver_jeopardy(const char *url) {
+    recorder r;
+    recorder_init(&r);
+    lb_driver *d = NULL;
+    EXPECT(lb_driver_new(url, "c-test-key", 2, on_event, &r, &d), LB_STATUS_OK);
+    if (!d) {
+        recorder_free(&r);
+        return;
+    }
+    lb_config *cfg = config(4000, 1000);
+    lb_lease_id a = 0;
+    EXPECT(lb_driver_start(d, cfg, &a), LB_STATUS_OK);
+    CHECK(wait_for(&r, is_create_ok, a) >= 0);
+    EXPECT(lb_driver_hold_sends_for_testing(d, true), LB_STATUS_OK);
+    long late = wait_for(&r, is_late_beat, a);
+    long proven = wait_for(&r, is_proven_reached, a);
+    CHECK(late >= 0 && proven > late);
+    if (late >= 0 && proven >= 0) {
+        pthread_mutex_lock(&r.mu);
+        lb_event_info li = r.items[late].info, pi = r.items[proven].info;
+        pthread_mutex_unlock(&r.mu);
+        CHECK(li.has_reservation_id && li.due_ns > 0 && li.time_ns > li.due_ns);
+        CHECK(pi.proven_until_ns > 0 && pi.time_ns >= pi.proven_until_ns);
+        CHECK(li.stop_reason == LB_STOP_REASON_NONE && pi.outcome == LB_EVENT_OUTCOME_NONE);
+    }
+    /* Released: the held beat goes out (the lease keeps heartbeating). */
+    EXPECT(lb_driver_hold_sends_for_testing(d, false), LB_STATUS_OK);
+    lb_driver_free(d);
+    check_recording(&r, "jeopardy");
+    CHECK(count_stops(&r, a) == 1);
+    lb_config_free(cfg);
+    recorder_free(&r);
+}
+
 void run_driver_tests(const char *server_url) {
     test_for_reservation();
     test_driver_refusals();
     if (server_url) {
         test_driver_live(server_url);
+        test_driver_jeopardy(server_url);
         printf("ok driver tests against %s\n", server_url);
     } else {
         printf("skipped: the live driver tests (no --server URL)\n");

@@ -1,4 +1,4 @@
-/* Shared declarations of the C test program (replay.c, negative.c). */
+/* Shared declarations of the C test program (replay.c, negative.c, driver.c, adopt.c). */
 #ifndef LEASEBEAT_TEST_HARNESS_H
 #define LEASEBEAT_TEST_HARNESS_H
 
@@ -37,5 +37,9 @@ void run_api_tests(void);
 
 /** The driver tests (driver.c); the live ones only with a server URL. */
 void run_driver_tests(const char *server_url);
+
+/** The adopt and decision-instants tests (adopt.c); the live one only with a
+ *  server URL and the server's --log file. */
+void run_adopt_tests(const char *server_url, const char *server_log);
 
 #endif

@@ -1,6 +1,9 @@
 /*
  * Replays every scenario vector given on the command line through the C API
- * of leasebeat, then runs the negative and arithmetic tests (negative.c).
+ * of leasebeat (an `adopt` first step through lb_heartbeat_adopt_create(),
+ * the `proven_until`/`expires_at_ms`/`remaining_ttl_ms` expectations through
+ * lb_decision_get_instants()), after the negative and arithmetic tests
+ * (negative.c), the driver tests (driver.c) and the adopt tests (adopt.c).
  * C11; JSON is parsed with cJSON.
  *
  * Exact numbers: cJSON stores numbers as doubles, which cannot hold every
@@ -453,6 +456,30 @@ static int compare(const char *id, int step, const cJSON *expect, const lb_decis
                 ns_to_text(info.at, got, sizeof got);
                 MISMATCH("at: expected %s, got %s", w, got);
             }
+        } else if (strcmp(name, "proven_until") == 0) {
+            lb_decision_instants ins;
+            if (lb_decision_get_instants(d, &ins) != LB_STATUS_OK) MISMATCH("lb_decision_get_instants: %s", last_error());
+            lb_time want = {false, 0};
+            if (is_str(f) && strcmp(f->valuestring, "inf") == 0) want.infinite = true;
+            else if (!parse_time_ns(f, &want.ns)) MISMATCH("proven_until: unreadable expectation");
+            if (!ins.has_proven_until) MISMATCH("proven_until: expected a value, got absent");
+            if (want.infinite != ins.proven_until.infinite || want.ns != ins.proven_until.ns) {
+                char w[64];
+                ns_to_text(want, w, sizeof w);
+                ns_to_text(ins.proven_until, got, sizeof got);
+                MISMATCH("proven_until: expected %s, got %s", w, got);
+            }
+        } else if (strcmp(name, "expires_at_ms") == 0 || strcmp(name, "remaining_ttl_ms") == 0) {
+            lb_decision_instants ins;
+            if (lb_decision_get_instants(d, &ins) != LB_STATUS_OK) MISMATCH("lb_decision_get_instants: %s", last_error());
+            uint64_t want;
+            if (!is_num(f) || !parse_u64(num_text(f), &want)) MISMATCH("%s: unreadable expectation", name);
+            int expires = strcmp(name, "expires_at_ms") == 0;
+            bool present = expires ? ins.has_expires_at_ms : ins.has_remaining_ttl_ms;
+            uint64_t have = expires ? ins.expires_at_ms : ins.remaining_ttl_ms;
+            if (!present || want != have)
+                MISMATCH("%s: expected %llu, got %s%llu", name, (unsigned long long)want, present ? "" : "absent ",
+                         (unsigned long long)have);
         } else if (strcmp(name, "numbers") == 0) {
             const cJSON *n;
             cJSON_ArrayForEach(n, f) {
@@ -554,7 +581,10 @@ static int replay(const cJSON *root, const char *id, char *why, size_t why_len) 
         lb_config_set_request_timeout_ms(cfg, v);
     }
     if (lb_config_set_key_prefix(cfg, "key-") != LB_STATUS_OK) MISMATCH("set_key_prefix: %s", last_error());
-    if (lb_heartbeat_new(cfg, &hb) != LB_STATUS_OK) MISMATCH("step 0: config: expected a valid configuration, got %s", last_error());
+    const cJSON *first_step = cJSON_GetArrayItem(steps, 0);
+    const cJSON *adopt = first_step ? cJSON_GetObjectItemCaseSensitive(first_step, "adopt") : NULL;
+    if (!adopt && lb_heartbeat_new(cfg, &hb) != LB_STATUS_OK)
+        MISMATCH("step 0: config: expected a valid configuration, got %s", last_error());
 
     int i = 0;
     const cJSON *step;
@@ -565,13 +595,104 @@ static int replay(const cJSON *root, const char *id, char *why, size_t why_len) 
         const cJSON *recv = cJSON_GetObjectItemCaseSensitive(step, "recv");
         const cJSON *fail = cJSON_GetObjectItemCaseSensitive(step, "fail");
         const cJSON *cancel = cJSON_GetObjectItemCaseSensitive(step, "cancel");
+        const cJSON *adopt_here = cJSON_GetObjectItemCaseSensitive(step, "adopt");
         const cJSON *expect = cJSON_GetObjectItemCaseSensitive(step, "expect");
-        if ((send != NULL) + (recv != NULL) + (fail != NULL) + (cancel != NULL) != 1)
-            MISMATCH("step %d: format: exactly one of send, recv, fail, cancel", i);
+        if ((send != NULL) + (recv != NULL) + (fail != NULL) + (cancel != NULL) + (adopt_here != NULL) != 1)
+            MISMATCH("step %d: format: exactly one of send, recv, fail, cancel, adopt", i);
+        if (adopt_here && i != 0) MISMATCH("step %d: format: adopt is only allowed as the first step", i);
         lb_action action;
-        if (lb_heartbeat_poll_action(hb, &action) != LB_STATUS_OK) MISMATCH("step %d: poll: %s", i, last_error());
+        memset(&action, 0, sizeof action);
         lb_status st;
-        if (send) {
+        if (adopt_here) {
+            /* The caller performed the create itself: hand it over. */
+            const cJSON *key = cJSON_GetObjectItemCaseSensitive(adopt_here, "key");
+            const cJSON *sent = cJSON_GetObjectItemCaseSensitive(adopt_here, "sent");
+            const cJSON *request = cJSON_GetObjectItemCaseSensitive(adopt_here, "request");
+            const cJSON *arecv = cJSON_GetObjectItemCaseSensitive(adopt_here, "recv");
+            const cJSON *afail = cJSON_GetObjectItemCaseSensitive(adopt_here, "fail");
+            if (!is_str(key)) MISMATCH("step 0: format: adopt.key");
+            if ((arecv != NULL) + (afail != NULL) != 1) MISMATCH("step 0: format: adopt has exactly one of recv, fail");
+            lb_adopted_create c;
+            memset(&c, 0, sizeof c);
+            c.key = key->valuestring;
+            c.received_ns = at;
+            if (sent) {
+                if (!parse_time_ns(sent, &c.sent_ns)) MISMATCH("step 0: format: adopt.sent");
+                c.sent_known = true;
+            }
+            sbuf req = {0};
+            if (request) {
+                if (!cJSON_IsObject(request)) MISMATCH("step 0: format: adopt.request");
+                ser(&req, request);
+                c.request_body = (const uint8_t *)req.data;
+                c.request_body_len = req.len;
+            }
+            if (arecv) {
+                uint64_t status;
+                const cJSON *s = cJSON_GetObjectItemCaseSensitive(arecv, "status");
+                const cJSON *h = cJSON_GetObjectItemCaseSensitive(arecv, "headers");
+                const cJSON *b = cJSON_GetObjectItemCaseSensitive(arecv, "body");
+                const cJSON *raw = cJSON_GetObjectItemCaseSensitive(arecv, "raw");
+                const cJSON *timing = cJSON_GetObjectItemCaseSensitive(arecv, "timing");
+                int bad = !is_num(s) || !parse_u64(num_text(s), &status) || status > 65535 || (b && raw) ||
+                          (raw && !is_str(raw)) ||
+                          (timing && (!is_str(timing) || strcmp(timing->valuestring, "unknown") != 0));
+                headers_clear(&headers);
+                if (!bad && h && !headers_from_json(&headers, h)) bad = 1;
+                if (bad) {
+                    free(req.data);
+                    MISMATCH("step 0: format: adopt.recv");
+                }
+                body.len = 0;
+                if (b) ser(&body, b);
+                if (raw) sb_puts(&body, raw->valuestring);
+                c.outcome = LB_ADOPTED_RESPONSE;
+                c.status = (uint32_t)status;
+                c.headers = headers.items;
+                c.header_count = headers.count;
+                c.body = (const uint8_t *)body.data;
+                c.body_len = body.len;
+                c.timing_unknown = timing != NULL;
+            } else {
+                c.outcome = LB_ADOPTED_FAILURE;
+                if (is_str(afail) && strcmp(afail->valuestring, "timeout") == 0) c.failure = LB_FAILURE_TIMEOUT;
+                else if (is_str(afail) && strcmp(afail->valuestring, "connect") == 0) c.failure = LB_FAILURE_CONNECT;
+                else if (is_str(afail) && strcmp(afail->valuestring, "reset") == 0) c.failure = LB_FAILURE_RESET;
+                else {
+                    free(req.data);
+                    MISMATCH("step 0: format: adopt.fail");
+                }
+            }
+            st = lb_heartbeat_adopt_create(cfg, &c, &hb);
+            if (st != LB_STATUS_OK) {
+                free(req.data);
+                MISMATCH("step 0: adopt: expected accepted, got %s", last_error());
+            }
+            /* What the caller sent: its key and body (or, without a request,
+             * the body the core would resend, read from a retry if any). */
+            keyset_add(&used, key->valuestring);
+            free(cur_key);
+            free(cur_body);
+            cur_key = dup_str(key->valuestring);
+            cur_body = NULL;
+            cur_body_len = 0;
+            if (request) {
+                cur_body = (uint8_t *)req.data;
+                cur_body_len = req.len;
+                req.data = NULL;
+            } else {
+                lb_action now;
+                if (lb_heartbeat_poll_action(hb, &now) == LB_STATUS_OK && now.kind == LB_ACTION_KIND_SEND &&
+                    now.attempt_kind == LB_NEXT_CREATE)
+                    cur_body = attempt_body(hb, &cur_body_len);
+            }
+            free(req.data);
+        } else if (lb_heartbeat_poll_action(hb, &action) != LB_STATUS_OK) {
+            MISMATCH("step %d: poll: %s", i, last_error());
+        }
+        if (adopt_here) {
+            /* decision checks below */
+        } else if (send) {
             if (!is_str(send)) MISMATCH("step %d: format: send", i);
             if (action.kind != LB_ACTION_KIND_SEND)
                 MISMATCH("step %d: send: expected send %s, got %s", i, send->valuestring,
@@ -589,12 +710,14 @@ static int replay(const cJSON *root, const char *id, char *why, size_t why_len) 
             i++;
             continue;
         }
-        if (recv || fail) {
+        if (!adopt_here && (recv || fail)) {
             if (action.kind != LB_ACTION_KIND_AWAIT_OUTCOME)
                 MISMATCH("step %d: outcome: expected an attempt in flight, got %s", i,
                          action.kind == LB_ACTION_KIND_STOP ? "stopped" : "attempt not yet sent");
         }
-        if (recv) {
+        if (adopt_here) {
+            /* handed over above */
+        } else if (recv) {
             uint64_t status;
             const cJSON *s = cJSON_GetObjectItemCaseSensitive(recv, "status");
             if (!is_num(s) || !parse_u64(num_text(s), &status) || status > 65535) MISMATCH("step %d: format: recv.status", i);
@@ -808,6 +931,7 @@ static void compare_with_rust(const char *path) {
 int main(int argc, char **argv) {
     const char *rust_emit = NULL;
     const char *server = NULL;
+    const char *server_log = NULL;
     int first = 1;
     for (;;) {
         if (argc >= first + 2 && strcmp(argv[first], "--compare-emitted") == 0) {
@@ -816,12 +940,16 @@ int main(int argc, char **argv) {
         } else if (argc >= first + 2 && strcmp(argv[first], "--server") == 0) {
             server = argv[first + 1];
             first += 2;
+        } else if (argc >= first + 2 && strcmp(argv[first], "--server-log") == 0) {
+            server_log = argv[first + 1];
+            first += 2;
         } else {
             break;
         }
     }
     run_api_tests();
     run_driver_tests(server);
+    run_adopt_tests(server, server_log);
     for (int i = first; i < argc; i++) replay_file(argv[i]);
     if (rust_emit) compare_with_rust(rust_emit);
     lines_free(&g_emitted);

@@ -8,15 +8,20 @@ use ureq::Agent;
 use super::clock;
 use crate::{Response, TransportFailure};
 
-/// The largest response body the driver reads (1 MiB); a longer body is a
-/// transport failure (`reset`): no complete response was observed.
+/// The largest response body the driver reads (1 MiB). A longer body is
+/// not read: the response reaches the core with its status, its headers
+/// and an empty body, which the core classifies by status as a response
+/// with no usable body (P-3; a 200 is then ambiguous, a 404 `not_found`).
 pub const MAX_BODY_BYTES: u64 = 1 << 20;
 
 /// Builds the agent every request shares: 4xx/5xx are responses, not errors;
 /// no redirects are followed (a 3xx reaches the core as it arrived); no proxy
 /// from the environment; no user agent surprises.
-pub(crate) fn agent() -> Agent {
+pub(crate) fn agent(max_workers: usize) -> Agent {
     Agent::config_builder()
+        // Keep one idle connection per worker (and per host) alive.
+        .max_idle_connections(max_workers.max(1) * 4)
+        .max_idle_connections_per_host(max_workers.max(1))
         .http_status_as_error(false)
         .max_redirects(0)
         .max_redirects_will_error(false)
@@ -69,12 +74,29 @@ fn post_inner(
         .iter()
         .map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
         .collect();
-    let body = response
-        .body_mut()
-        .with_config()
-        .limit(MAX_BODY_BYTES)
-        .read_to_vec()
-        .map_err(map_error)?;
+    let declared_too_long = response
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > MAX_BODY_BYTES);
+    let body = if declared_too_long {
+        // Not read: dropping the response closes the connection.
+        Vec::new()
+    } else {
+        match response
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY_BYTES)
+            .read_to_vec()
+        {
+            Ok(body) => body,
+            // A chunked (or close-delimited) body over the limit: the
+            // status is complete, the body is not usable.
+            Err(ureq::Error::BodyExceedsLimit(_)) => Vec::new(),
+            Err(e) => return Err(map_error(e)),
+        }
+    };
     Ok(Response {
         status,
         headers,

@@ -50,7 +50,32 @@
 //! response (any status) goes to `handle_response`; a timeout is
 //! [`TransportFailure::Timeout`], a refused connection or DNS failure
 //! [`TransportFailure::Connect`], anything else (reset, early EOF, protocol
-//! error, body over 1 MiB) [`TransportFailure::Reset`].
+//! error) [`TransportFailure::Reset`]. A response whose body is longer than
+//! [`MAX_BODY_BYTES`] is still a complete response: it reaches the core
+//! with its status and an empty body ("no usable body", P-3), so a large
+//! HTML 404 stops `not_found` instead of being retried.
+//!
+//! Connections are kept alive and reused (one idle connection per worker
+//! and host): an attempt on loopback costs one request/response exchange,
+//! not a TCP handshake.
+//!
+//! ## Scale and overload (D-15)
+//!
+//! The timer thread keeps each lease's next beat in a binary heap keyed by
+//! due time and each jeopardy check in a second heap, both with lazy
+//! deletion (generation counters): a wake-up costs `O(log n)` per entry
+//! that fires, independent of the number of leases. Workers perform the
+//! exchanges; a worker per *in-flight attempt* up to
+//! [`DriverConfig::max_workers`], never a thread per lease.
+//!
+//! When the driver falls behind, it sheds load in the safe direction: due
+//! beats of live leases go first (earliest due first), and creates are sent
+//! only while fewer than `max_workers` attempts are outstanding. Whatever
+//! the load, a lease reports [`Event::Jeopardy`] the moment it reaches its
+//! proven lead without a newer success (`proven_until_reached`) and the
+//! moment its scheduled beat is later than due by more than the safety
+//! margin (`late_beat`): no lease lapses on the server without a stop or a
+//! jeopardy event first.
 //!
 //! ## Stopping
 //!
@@ -74,6 +99,9 @@
 //!     match event {
 //!         Event::Decision { decision, .. } => println!("{}", decision.to_json().len()),
 //!         Event::Stopped { reason, .. } => { println!("stopped: {reason}"); break }
+//!         Event::Jeopardy { reason, reservation_id, .. } => {
+//!             eprintln!("lease_in_jeopardy {reason:?} {reservation_id:?}")
+//!         }
 //!         Event::Error { error, .. } => eprintln!("{error}"),
 //!     }
 //! }
@@ -105,7 +133,9 @@ pub use http::MAX_BODY_BYTES;
 pub struct ApiKey(String);
 
 impl ApiKey {
-    /// Wraps a key.
+    /// Wraps a key. It is checked by [`Driver::new`] (see
+    /// [`ApiKey::check`]), so that an unusable key is refused up front
+    /// rather than failing every request.
     pub fn new(key: impl Into<String>) -> ApiKey {
         ApiKey(key.into())
     }
@@ -113,6 +143,34 @@ impl ApiKey {
     /// The key itself, for the request header.
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// Whether the key can be sent as an HTTP header value: not empty,
+    /// and only visible ASCII, space and tab (RFC 9110 `field-value`
+    /// without obsolete text), no leading or trailing whitespace. A key
+    /// with CR, LF, NUL or any other control character, or non-ASCII
+    /// bytes, is refused with [`DriverError::BadApiKey`], whose message
+    /// never contains the key.
+    pub fn check(&self) -> Result<(), DriverError> {
+        let b = self.0.as_bytes();
+        let why = if b.is_empty() {
+            Some("the API key is empty")
+        } else if b.iter().any(|c| *c == b'\r' || *c == b'\n') {
+            Some("the API key contains CR or LF: it cannot be an HTTP header value")
+        } else if b.iter().any(|c| *c != b'\t' && (*c < 0x20 || *c == 0x7f)) {
+            Some("the API key contains a control character: it cannot be an HTTP header value")
+        } else if !b.is_ascii() {
+            Some("the API key contains non-ASCII bytes: it cannot be an HTTP header value")
+        } else if b[0] == b' ' || b[0] == b'\t' || b[b.len() - 1] == b' ' || b[b.len() - 1] == b'\t'
+        {
+            Some("the API key has leading or trailing whitespace")
+        } else {
+            None
+        };
+        match why {
+            Some(w) => Err(DriverError::BadApiKey(w)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -221,6 +279,38 @@ pub struct AttemptReport {
     pub key_index: u32,
     /// When it was marked sent (driver clock, ns).
     pub sent_ns: u64,
+    /// When it was due (driver clock, ns): `sent_ns - due_ns` is how late
+    /// it went out (negative: early by the timer slack). `None` when it
+    /// had no finite due time.
+    pub due_ns: Option<u64>,
+}
+
+/// Why a lease is in jeopardy (D-15). Stable strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JeopardyReason {
+    /// The driver reached the lease's `proven_until` (the receipt of its
+    /// last primary success plus that success's `lead_floor`) without a
+    /// newer success.
+    ProvenUntilReached,
+    /// A scheduled beat was still not sent at its due time plus the safety
+    /// margin (the driver is overloaded or was stalled).
+    LateBeat,
+}
+
+impl JeopardyReason {
+    /// `"proven_until_reached"` or `"late_beat"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JeopardyReason::ProvenUntilReached => "proven_until_reached",
+            JeopardyReason::LateBeat => "late_beat",
+        }
+    }
+}
+
+impl fmt::Display for JeopardyReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What the driver tells its caller. Every decision and every stop arrives
@@ -254,6 +344,26 @@ pub enum Event {
         /// When (driver clock, ns).
         at_ns: u64,
     },
+    /// `lease_in_jeopardy` (D-15): the lease may lapse on the server before
+    /// the driver learns anything more. Reported the moment it happens
+    /// (the checks are timers of their own, not a side effect of sending),
+    /// at most once per proven lead and once per scheduled beat. The lease
+    /// keeps heartbeating: the true lead may be longer than the proven one.
+    Jeopardy {
+        /// Which lease.
+        lease: LeaseHandle,
+        /// The reservation id, once known.
+        reservation_id: Option<String>,
+        /// Why.
+        reason: JeopardyReason,
+        /// When it was detected (driver clock, ns).
+        at_ns: u64,
+        /// Due time of the lease's scheduled beat, if one is scheduled.
+        due_ns: Option<u64>,
+        /// The lease's `proven_until` (driver clock, ns; `u64::MAX` is
+        /// +infinity), if any.
+        proven_until_ns: Option<u64>,
+    },
     /// The core refused an input the driver gave it (a driver bug, or a
     /// clock anomaly). The lease is then cancelled: a `Decision` and a
     /// `Stopped` event follow.
@@ -273,6 +383,7 @@ impl Event {
         match self {
             Event::Decision { lease, .. }
             | Event::Stopped { lease, .. }
+            | Event::Jeopardy { lease, .. }
             | Event::Error { lease, .. } => *lease,
         }
     }
@@ -287,6 +398,8 @@ pub enum DriverError {
     ShutDown,
     /// The base URL is not `http://` or `https://`.
     BadUrl(String),
+    /// The API key cannot be sent as a header value (why; never the key).
+    BadApiKey(&'static str),
 }
 
 impl fmt::Display for DriverError {
@@ -297,6 +410,7 @@ impl fmt::Display for DriverError {
             DriverError::BadUrl(u) => {
                 write!(f, "base URL must start with http:// or https://: {u:?}")
             }
+            DriverError::BadApiKey(why) => f.write_str(why),
         }
     }
 }
@@ -319,9 +433,10 @@ fn check_base(url: &str) -> Result<String, DriverError> {
 }
 
 pub(crate) enum Command {
-    Start(LeaseHandle, String, Box<Heartbeat>),
+    Start(LeaseHandle, std::sync::Arc<str>, Box<Heartbeat>),
     Cancel(LeaseHandle),
     Done(timer::Completion),
+    HoldSends(bool),
     Shutdown,
 }
 
@@ -334,6 +449,24 @@ pub struct Driver {
     api_key: ApiKey,
     agent: ureq::Agent,
     finalize_timeout: Duration,
+    /// Base URLs shared by every lease on that server (one allocation each).
+    bases: std::sync::Mutex<Bases>,
+}
+
+#[derive(Default)]
+struct Bases(Vec<std::sync::Arc<str>>);
+
+impl Bases {
+    fn intern(&mut self, base: String) -> std::sync::Arc<str> {
+        if let Some(b) = self.0.iter().find(|b| ***b == *base) {
+            return b.clone();
+        }
+        let b: std::sync::Arc<str> = base.into();
+        if self.0.len() < 64 {
+            self.0.push(b.clone());
+        }
+        b
+    }
 }
 
 impl fmt::Debug for Driver {
@@ -349,9 +482,10 @@ impl Driver {
     /// Starts the timer thread; returns the driver and the event channel.
     pub fn new(config: DriverConfig) -> Result<(Driver, Receiver<Event>), DriverError> {
         let base = check_base(&config.base_url)?;
+        config.api_key.check()?;
         let (commands, command_rx) = mpsc::channel();
         let (events_tx, events) = mpsc::channel();
-        let agent = http::agent();
+        let agent = http::agent(config.max_workers.max(1));
         let state = timer::Timer::new(
             config.api_key.clone(),
             agent.clone(),
@@ -374,6 +508,7 @@ impl Driver {
                 api_key: config.api_key,
                 agent,
                 finalize_timeout: Duration::from_millis(config.finalize_timeout_ms.max(1)),
+                bases: std::sync::Mutex::new(Bases::default()),
             },
             events,
         ))
@@ -430,6 +565,10 @@ impl Driver {
             self.next_lease
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         );
+        let base: std::sync::Arc<str> = match self.bases.lock() {
+            Ok(mut bases) => bases.intern(base),
+            Err(_) => base.into(),
+        };
         self.commands
             .send(Command::Start(lease, base, Box::new(hb)))
             .map_err(|_| DriverError::ShutDown)?;
@@ -511,6 +650,18 @@ impl Driver {
         result
     }
 
+    /// Test hook (not for production use): while `hold` is true the timer
+    /// thread sends nothing (no create, no beat), as if it were stalled or
+    /// hopelessly behind, but keeps running its jeopardy checks. Releasing
+    /// the hold sends every held beat at once. Tests use it to prove that
+    /// jeopardy is reported before the lease lapses on the server.
+    #[doc(hidden)]
+    pub fn hold_sends_for_testing(&self, hold: bool) -> Result<(), DriverError> {
+        self.commands
+            .send(Command::HoldSends(hold))
+            .map_err(|_| DriverError::ShutDown)
+    }
+
     /// Cancels every lease (each gets its `cancelled` decision and `Stopped`
     /// event), then joins the timer thread and every worker.
     pub fn shutdown(mut self) {
@@ -544,6 +695,25 @@ mod tests {
         let (driver, _events) = Driver::new(config).unwrap();
         assert!(!format!("{driver:?}").contains("sekrit"));
         driver.shutdown();
+    }
+
+    #[test]
+    fn api_keys_that_cannot_be_header_values_are_refused_without_echo() {
+        for key in [
+            "a\r\nb-sekrit",
+            "sekrit\n",
+            "sek\x00rit",
+            "sek\u{e9}rit",
+            " sekrit",
+            "",
+        ] {
+            let err = Driver::new(DriverConfig::new("http://127.0.0.1:1", ApiKey::new(key)))
+                .map(|_| ())
+                .unwrap_err();
+            assert!(matches!(err, DriverError::BadApiKey(_)), "{key:?}");
+            assert!(!err.to_string().contains("sekrit"), "{err}");
+        }
+        assert!(ApiKey::new("ok key\twith-tab").check().is_ok());
     }
 
     #[test]
@@ -609,6 +779,7 @@ mod tests {
                     break reason;
                 }
                 Event::Error { error, .. } => panic!("{error}"),
+                Event::Jeopardy { .. } => {}
             }
         };
         assert_eq!(reason, StopReason::CreateFailed);

@@ -1,18 +1,45 @@
 //! The timer thread and its worker pool.
+//!
+//! Scheduling is driven by two binary heaps with lazy deletion, so the work
+//! of one wake-up is `O(k log n)` for the `k` entries that fire, never a scan
+//! of all `n` leases:
+//!
+//! * the **beat heap** holds each lease's next extend, keyed by its due time
+//!   (fired early by the measured timer slack);
+//! * the **watch heap** holds the jeopardy checks (D-15), keyed by the exact
+//!   instant they apply: `proven_until` of the last primary success, and
+//!   `due + safety_margin` of the scheduled beat (a beat not sent by then is
+//!   late).
+//!
+//! Every entry carries a generation number; an entry whose generation no
+//! longer matches its lease's (a newer decision, a stop) is dropped when it
+//! surfaces. Creates wait in a FIFO and are sent only while fewer than
+//! `max_workers` attempts are outstanding, after every due beat: when the
+//! driver is behind, it sheds new work (creates), never beats of live leases.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{ApiKey, AttemptReport, Command, Event, LeaseHandle, Outcome, clock, http};
-use crate::{Action, AttemptKind, Decision, ErrorKind, Heartbeat, Response, TransportFailure};
+use super::{
+    ApiKey, AttemptReport, Command, Event, JeopardyReason, LeaseHandle, Outcome, clock, http,
+};
+use crate::{
+    Action, AttemptKind, Decision, ErrorKind, Heartbeat, Next, Num, OutcomeClass, Response,
+    TransportFailure,
+};
 
 const MIN_TIMER_SLACK_NS: u64 = 200_000;
 const MAX_TIMER_SLACK_NS: u64 = 20_000_000;
 const INITIAL_TIMER_SLACK_NS: u64 = 1_000_000;
+/// Commands handled per wake-up before the heaps are looked at again.
+const COMMAND_BATCH: usize = 256;
+/// The safety margin assumed before any decision carried one (its floor).
+const DEFAULT_MARGIN_MS: u64 = 1_000;
 
 /// The outcome of one HTTP exchange, sent back by a worker.
 pub(crate) struct Completion {
@@ -62,6 +89,7 @@ impl Pool {
         let n = self.workers.len();
         let spawned = std::thread::Builder::new()
             .name(format!("leasebeat-worker-{n}"))
+            .stack_size(256 * 1024)
             .spawn(move || worker(&queue, &idle, &agent, &api_key, &done));
         match spawned {
             Ok(h) => self.workers.push(h),
@@ -123,16 +151,52 @@ fn worker(
     }
 }
 
+/// The driver's own state for one lease (besides the core's heartbeat).
 struct Slot {
-    base: String,
+    base: Arc<str>,
     hb: Heartbeat,
     in_flight: Option<AttemptReport>,
+    /// Generation of the scheduled send (bumped by every decision).
+    send_gen: u32,
+    /// Generation of `proven_until` (bumped by every primary success).
+    proven_gen: u32,
+    /// Due time of the scheduled send (driver clock, ns).
+    due_ns: u64,
+    /// The safety margin of the last decision that carried one (ms).
+    margin_ms: u64,
+    /// D-15: the proven lead of the last primary success, if any.
+    proven_until_ns: Option<u64>,
+    /// A `late_beat` jeopardy was reported for the scheduled send.
+    late_reported: bool,
+    /// A `proven_until_reached` jeopardy was reported for `proven_until_ns`.
+    proven_reported: bool,
 }
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Watch {
+    /// `proven_until` reached (ordered first at equal times).
+    Proven,
+    /// The scheduled beat is later than due + safety margin.
+    Late,
+}
+
+/// (time ns, lease, generation)
+type BeatEntry = Reverse<(u64, u64, u32)>;
+/// (time ns, what, lease, generation)
+type WatchEntry = Reverse<(u64, Watch, u64, u32)>;
 
 pub(crate) struct Timer {
     commands: Receiver<Command>,
     events: Sender<Event>,
-    leases: BTreeMap<LeaseHandle, Slot>,
+    leases: HashMap<LeaseHandle, Slot>,
+    beats: BinaryHeap<BeatEntry>,
+    watches: BinaryHeap<WatchEntry>,
+    creates: VecDeque<(LeaseHandle, u32)>,
+    /// Sends deferred by the test hold (see `Command::HoldSends`).
+    held: Vec<(LeaseHandle, u32)>,
+    hold: bool,
+    outstanding: usize,
+    max_workers: usize,
     pool: Pool,
     slack_ns: u64,
     max_wait: Duration,
@@ -151,6 +215,18 @@ pub(crate) fn encode_segment(s: &str) -> String {
     out
 }
 
+fn ms_to_ns(ms: u64) -> u64 {
+    ms.saturating_mul(1_000_000)
+}
+
+fn num_ms(n: Option<Num>) -> Option<u64> {
+    match n? {
+        Num::Int(v) => Some(u64::try_from(v.max(0)).unwrap_or(u64::MAX)),
+        Num::Inf => Some(u64::MAX),
+        Num::NegInf => Some(0),
+    }
+}
+
 impl Timer {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
@@ -166,7 +242,14 @@ impl Timer {
         Timer {
             commands,
             events,
-            leases: BTreeMap::new(),
+            leases: HashMap::new(),
+            beats: BinaryHeap::new(),
+            watches: BinaryHeap::new(),
+            creates: VecDeque::new(),
+            held: Vec::new(),
+            hold: false,
+            outstanding: 0,
+            max_workers,
             pool: Pool {
                 jobs: Some(jobs),
                 queue: Arc::new(Mutex::new(queue)),
@@ -182,25 +265,46 @@ impl Timer {
         }
     }
 
+    /// When the timer must next wake up (driver clock, ns), if anything is
+    /// scheduled: the earliest beat (early by the slack) or watch.
+    fn next_wake(&self) -> Option<u64> {
+        let beat = self
+            .beats
+            .peek()
+            .map(|Reverse((t, _, _))| t.saturating_sub(self.slack_ns));
+        let watch = self.watches.peek().map(|Reverse((t, _, _, _))| *t);
+        let create =
+            (!self.creates.is_empty() && !self.hold && self.outstanding < self.max_workers)
+                .then_some(0);
+        [beat, watch, create].into_iter().flatten().min()
+    }
+
     pub(crate) fn run(mut self) {
-        loop {
+        'outer: loop {
             self.fire_due();
             let now = clock::now_ns();
-            let next_fire = self
-                .leases
-                .values()
-                .filter_map(|s| s.hb.poll_timeout())
-                .min()
-                .map(|due| due.saturating_sub(self.slack_ns));
-            let wait = match next_fire {
+            let next = self.next_wake();
+            let wait = match next {
                 Some(t) => Duration::from_nanos(t.saturating_sub(now)).min(self.max_wait),
                 None => self.max_wait,
             };
             match self.commands.recv_timeout(wait) {
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
-                Ok(cmd) => self.handle(cmd),
+                Ok(cmd) => {
+                    self.handle(cmd);
+                    // Drain a batch: many completions arrive together.
+                    for _ in 0..COMMAND_BATCH {
+                        match self.commands.try_recv() {
+                            Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => {
+                                break 'outer;
+                            }
+                            Ok(cmd) => self.handle(cmd),
+                            Err(TryRecvError::Empty) => break,
+                        }
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => {
-                    if next_fire.is_some() {
+                    if next.is_some() && !wait.is_zero() {
                         let over = clock::now_ns().saturating_sub(now + wait.as_nanos() as u64);
                         self.slack_ns = (self.slack_ns - self.slack_ns / 8)
                             .max(over)
@@ -220,35 +324,160 @@ impl Timer {
         match cmd {
             Command::Start(lease, base, hb) => {
                 tracing::debug!(target: "leasebeat::driver", %lease, "start");
+                let due_ns = hb.poll_timeout().unwrap_or(0);
+                let kind = match hb.poll_action() {
+                    Action::Send(a) => a.kind,
+                    _ => AttemptKind::Create,
+                };
                 self.leases.insert(
                     lease,
                     Slot {
                         base,
                         hb: *hb,
                         in_flight: None,
+                        send_gen: 0,
+                        proven_gen: 0,
+                        due_ns,
+                        margin_ms: DEFAULT_MARGIN_MS,
+                        proven_until_ns: None,
+                        late_reported: false,
+                        proven_reported: false,
                     },
                 );
+                self.schedule_send(lease, kind, Some(due_ns));
             }
             Command::Cancel(lease) => self.cancel(lease),
-            Command::Done(c) => self.complete(c),
+            Command::Done(c) => {
+                self.outstanding = self.outstanding.saturating_sub(1);
+                self.complete(c);
+            }
+            Command::HoldSends(hold) => {
+                self.hold = hold;
+                if !hold {
+                    let now = clock::now_ns();
+                    for (lease, generation) in std::mem::take(&mut self.held) {
+                        self.beats.push(Reverse((now, lease.0, generation)));
+                    }
+                }
+            }
             Command::Shutdown => {}
+        }
+    }
+
+    /// Queues the lease's next send (after a decision or a start): creates
+    /// go to the FIFO, extends to the beat heap with a late-beat watch.
+    fn schedule_send(&mut self, lease: LeaseHandle, kind: AttemptKind, at_ns: Option<u64>) {
+        let Some(slot) = self.leases.get_mut(&lease) else {
+            return;
+        };
+        slot.send_gen = slot.send_gen.wrapping_add(1);
+        slot.late_reported = false;
+        let generation = slot.send_gen;
+        let Some(at) = at_ns else {
+            // +infinity: never due.
+            slot.due_ns = u64::MAX;
+            return;
+        };
+        slot.due_ns = at;
+        match kind {
+            AttemptKind::Create => self.creates.push_back((lease, generation)),
+            AttemptKind::Extend => {
+                self.beats.push(Reverse((at, lease.0, generation)));
+                let late_at = at
+                    .saturating_add(ms_to_ns(slot.margin_ms))
+                    .saturating_add(1);
+                if late_at != u64::MAX {
+                    self.watches
+                        .push(Reverse((late_at, Watch::Late, lease.0, generation)));
+                }
+            }
         }
     }
 
     fn fire_due(&mut self) {
         let now = clock::now_ns();
-        let due: Vec<LeaseHandle> = self
-            .leases
-            .iter()
-            .filter(|(_, s)| {
-                s.hb.poll_timeout()
-                    .is_some_and(|t| t.saturating_sub(self.slack_ns) <= now)
-            })
-            .map(|(l, _)| *l)
-            .collect();
-        for lease in due {
+        // Jeopardy first: it is reported before anything else happens.
+        while let Some(Reverse((t, what, lease, generation))) = self.watches.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.watches.pop();
+            self.watch(LeaseHandle(lease), what, generation, now);
+        }
+        // Beats of live leases, earliest due first.
+        while let Some(Reverse((t, lease, generation))) = self.beats.peek().copied() {
+            if t.saturating_sub(self.slack_ns) > now {
+                break;
+            }
+            self.beats.pop();
+            let lease = LeaseHandle(lease);
+            if self
+                .leases
+                .get(&lease)
+                .is_none_or(|s| s.send_gen != generation || s.in_flight.is_some())
+            {
+                continue;
+            }
+            if self.hold {
+                self.held.push((lease, generation));
+                continue;
+            }
             self.dispatch(lease);
         }
+        // Then new work, only while the pool keeps up.
+        while !self.hold && self.outstanding < self.max_workers {
+            let Some((lease, generation)) = self.creates.pop_front() else {
+                break;
+            };
+            if self
+                .leases
+                .get(&lease)
+                .is_some_and(|s| s.send_gen == generation && s.in_flight.is_none())
+            {
+                self.dispatch(lease);
+            }
+        }
+    }
+
+    fn watch(&mut self, lease: LeaseHandle, what: Watch, generation: u32, now: u64) {
+        let Some(slot) = self.leases.get_mut(&lease) else {
+            return;
+        };
+        let reason = match what {
+            Watch::Proven => {
+                if slot.proven_gen != generation || slot.proven_reported {
+                    return;
+                }
+                slot.proven_reported = true;
+                JeopardyReason::ProvenUntilReached
+            }
+            Watch::Late => {
+                if slot.send_gen != generation || slot.in_flight.is_some() || slot.late_reported {
+                    return;
+                }
+                slot.late_reported = true;
+                JeopardyReason::LateBeat
+            }
+        };
+        self.jeopardy(lease, reason, now);
+    }
+
+    fn jeopardy(&mut self, lease: LeaseHandle, reason: JeopardyReason, now: u64) {
+        let Some(slot) = self.leases.get(&lease) else {
+            return;
+        };
+        let reservation_id = slot.hb.reservation_id().map(str::to_owned);
+        tracing::warn!(target: "leasebeat::driver", %lease,
+            reservation_id = reservation_id.as_deref().unwrap_or(""),
+            reason = reason.as_str(), "lease_in_jeopardy");
+        let _ = self.events.send(Event::Jeopardy {
+            lease,
+            reservation_id,
+            reason,
+            at_ns: now,
+            due_ns: (slot.due_ns != u64::MAX).then_some(slot.due_ns),
+            proven_until_ns: slot.proven_until_ns,
+        });
     }
 
     fn url(slot: &Slot, kind: AttemptKind) -> String {
@@ -278,13 +507,24 @@ impl Timer {
             .expect("checked finite at start");
         let slot = self.leases.get_mut(&lease).expect("looked up above");
         let now = clock::now_ns().max(slot.hb.last_event_ns());
+        let due_ns = slot.due_ns;
+        let late = attempt.kind == AttemptKind::Extend
+            && !slot.late_reported
+            && now > due_ns.saturating_add(ms_to_ns(slot.margin_ms));
+        if late {
+            slot.late_reported = true;
+        }
         if let Err(e) = slot.hb.handle_sent(attempt.id, now) {
             self.core_error(lease, e);
             return;
         }
+        if late {
+            self.jeopardy(lease, JeopardyReason::LateBeat, now);
+        }
+        let slot = self.leases.get_mut(&lease).expect("still present");
         let enforce_ms = budget_ms - super::detection_slack_ms(budget_ms);
         debug_assert!(enforce_ms >= 1);
-        let deadline_ns = now.saturating_add(enforce_ms.saturating_mul(1_000_000));
+        let deadline_ns = now.saturating_add(ms_to_ns(enforce_ms));
         slot.in_flight = Some(AttemptReport {
             id: attempt.id,
             kind: attempt.kind,
@@ -292,6 +532,7 @@ impl Timer {
             key_use: attempt.key_use,
             key_index: attempt.key_index,
             sent_ns: now,
+            due_ns: (due_ns != u64::MAX).then_some(due_ns),
         });
         tracing::debug!(target: "leasebeat::driver", %lease,
             reservation_id = slot.hb.reservation_id().unwrap_or(""),
@@ -305,8 +546,10 @@ impl Timer {
             body: attempt.body,
             deadline_ns,
         };
+        self.outstanding += 1;
         if let Err(job) = self.pool.submit(job) {
             // No pool (cannot happen before shutdown): report a failure.
+            self.outstanding -= 1;
             self.complete(Completion {
                 lease,
                 attempt_id: job.attempt_id,
@@ -390,6 +633,8 @@ impl Timer {
         }
     }
 
+    /// Updates the lease's watches after a decision, schedules its next send
+    /// and reports the decision (and the stop, if it is one).
     fn emit(
         &mut self,
         lease: LeaseHandle,
@@ -399,11 +644,36 @@ impl Timer {
         decision: Decision,
     ) {
         let reservation_id = decision.reservation_id.clone();
-        let json = serde_json::Value::Object(decision.to_json());
-        tracing::info!(target: "leasebeat::driver", %lease,
-            reservation_id = reservation_id.as_deref().unwrap_or(""),
-            outcome = %outcome, decision = %json, "decision");
+        if tracing::enabled!(target: "leasebeat::driver", tracing::Level::INFO) {
+            let json = serde_json::Value::Object(decision.to_json());
+            tracing::info!(target: "leasebeat::driver", %lease,
+                reservation_id = reservation_id.as_deref().unwrap_or(""),
+                outcome = %outcome, decision = %json, "decision");
+        }
         let stop = decision.stop_reason();
+        if stop.is_none() {
+            if let Some(slot) = self.leases.get_mut(&lease) {
+                if let Some(m) = num_ms(decision.numbers.safety_margin) {
+                    slot.margin_ms = m;
+                }
+                // D-15 is the core's: the driver only watches the instant the
+                // decision carries. A newer success (or a changed instant)
+                // re-arms the watch; a failure or cancel leaves it as it was.
+                let proven = decision.proven_until_ns;
+                if decision.outcome == OutcomeClass::Success || proven != slot.proven_until_ns {
+                    slot.proven_gen = slot.proven_gen.wrapping_add(1);
+                    slot.proven_until_ns = proven;
+                    slot.proven_reported = false;
+                    if let Some(p) = proven.filter(|p| *p != u64::MAX) {
+                        self.watches
+                            .push(Reverse((p, Watch::Proven, lease.0, slot.proven_gen)));
+                    }
+                }
+            }
+            if let Next::Send(kind) = decision.next {
+                self.schedule_send(lease, kind, decision.at_ns);
+            }
+        }
         let _ = self.events.send(Event::Decision {
             lease,
             reservation_id: reservation_id.clone(),

@@ -1,0 +1,277 @@
+//! `leasebeat bench-driver` (hidden): one driver process heartbeating many
+//! leases against a running `leasebeat serve`, measuring beat lateness,
+//! throughput, memory per lease and unreported lapses. A benchmark, not a
+//! test: `scripts/bench-driver.sh` starts the server and this.
+
+use std::collections::HashMap;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event, LeaseHandle};
+use leasebeat::{AttemptKind, Config, OutcomeClass};
+use serde_json::json;
+
+/// Options of the benchmark.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Base URL of the server.
+    pub url: String,
+    /// Leases to run.
+    pub leases: usize,
+    /// TTL (ms).
+    pub ttl_ms: u64,
+    /// Request budget (ms).
+    pub budget_ms: u64,
+    /// Length of the run (s), ramp-up included.
+    pub seconds: u64,
+    /// Worker threads of the driver.
+    pub workers: usize,
+    /// The server's stdout (its `LAPSE ...` lines), read at the end. The
+    /// server must map its clock onto the wall clock (`--epoch-ms` = Unix
+    /// ms at its start) so that expiries compare with this process's
+    /// wall-clock times.
+    pub lapse_file: Option<std::path::PathBuf>,
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn rss_bytes() -> u64 {
+    // /proc/self/statm: size resident ... (pages)
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)] as f64 / 1e6
+}
+
+/// CPU seconds (user + system) used so far by this process's threads, by
+/// thread kind: (`leasebeat-timer`, `leasebeat-worker-*`, every other thread).
+fn thread_cpu_s() -> (f64, f64, f64) {
+    // /proc/self/task/<tid>/stat fields 14 and 15 (utime, stime) in clock
+    // ticks; USER_HZ is 100 on Linux.
+    const TICKS: f64 = 100.0;
+    let (mut timer, mut workers, mut other) = (0.0, 0.0, 0.0);
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return (0.0, 0.0, 0.0);
+    };
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        // Fields after the ")" that closes the command name.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // rest starts at field 3 (state): utime is field 14, stime 15.
+        let ticks = |i: usize| {
+            f.get(i - 3)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let s = (ticks(14) + ticks(15)) / TICKS;
+        let comm = comm.trim();
+        if comm == "leasebeat-timer" {
+            timer += s;
+        } else if comm.starts_with("leasebeat-worke") {
+            workers += s;
+        } else {
+            other += s;
+        }
+    }
+    (timer, workers, other)
+}
+
+/// Runs the benchmark and prints its line. Exit status 0.
+pub fn run(opts: BenchOptions) -> std::process::ExitCode {
+    let mut dc = DriverConfig::new(opts.url.clone(), ApiKey::new("bench-key"));
+    dc.max_workers = opts.workers.max(1);
+    let (driver, events) = match Driver::new(dc) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("bench-driver: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let mut config = Config::new(opts.ttl_ms, Some(opts.budget_ms));
+    config.create_request = json!({
+        "subject": {"tenant": "bench"},
+        "action": {"kind": "job", "name": "bench"},
+        "estimate": {"unit": "TOKENS", "amount": 1}
+    })
+    .as_object()
+    .cloned()
+    .unwrap_or_default();
+    let t0 = Instant::now();
+    let end = t0 + Duration::from_secs(opts.seconds);
+    let rss0 = rss_bytes();
+    let mut rid_of: HashMap<LeaseHandle, String> = HashMap::with_capacity(opts.leases);
+    // First jeopardy or stop of each reservation (wall ms when seen here).
+    let mut reported: HashMap<String, u64> = HashMap::new();
+    for _ in 0..opts.leases {
+        if let Err(e) = driver.start(config.clone()) {
+            eprintln!("bench-driver: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    }
+    let mut created = 0usize;
+    let mut create_failed = 0usize;
+    let mut ramp_done: Option<Instant> = None;
+    let mut rss_after_ramp = 0u64;
+    let mut late_ns: Vec<u64> = Vec::new();
+    let mut beats_after_ramp = 0u64;
+    let mut jeopardies = 0u64;
+    let mut stops = 0u64;
+    let mut stop_reasons: std::collections::BTreeMap<&'static str, u64> = Default::default();
+    let mut jeopardy_reasons: std::collections::BTreeMap<&'static str, u64> = Default::default();
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        let event = match events.recv_timeout((end - now).min(Duration::from_millis(100))) {
+            Ok(e) => e,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        match event {
+            Event::Decision {
+                lease,
+                reservation_id,
+                attempt,
+                decision,
+                ..
+            } => {
+                let Some(a) = attempt else { continue };
+                match a.kind {
+                    AttemptKind::Create => {
+                        if decision.outcome == OutcomeClass::Success {
+                            created += 1;
+                            if let Some(id) = reservation_id {
+                                rid_of.insert(lease, id);
+                            }
+                        } else if decision.stop_reason().is_some() {
+                            create_failed += 1;
+                        }
+                        if created + create_failed == opts.leases && ramp_done.is_none() {
+                            ramp_done = Some(Instant::now());
+                            rss_after_ramp = rss_bytes();
+                        }
+                    }
+                    AttemptKind::Extend => {
+                        if ramp_done.is_some() {
+                            beats_after_ramp += 1;
+                            if let Some(due) = a.due_ns {
+                                late_ns.push(a.sent_ns.saturating_sub(due));
+                            }
+                        }
+                    }
+                }
+            }
+            Event::Jeopardy {
+                lease,
+                reservation_id,
+                reason,
+                ..
+            } => {
+                jeopardies += 1;
+                *jeopardy_reasons.entry(reason.as_str()).or_insert(0) += 1;
+                if let Some(id) = reservation_id.or_else(|| rid_of.get(&lease).cloned()) {
+                    reported.entry(id).or_insert_with(wall_ms);
+                }
+            }
+            Event::Stopped {
+                lease,
+                reservation_id,
+                reason,
+                ..
+            } => {
+                stops += 1;
+                *stop_reasons.entry(reason.as_str()).or_insert(0) += 1;
+                if let Some(id) = reservation_id.or_else(|| rid_of.get(&lease).cloned()) {
+                    reported.entry(id).or_insert_with(wall_ms);
+                }
+            }
+            Event::Error { .. } => {}
+        }
+    }
+    let (cpu_timer, cpu_workers, cpu_other) = thread_cpu_s();
+    let run_s = t0.elapsed().as_secs_f64().max(1e-9);
+    let rss_end = if rss_after_ramp > 0 {
+        rss_after_ramp
+    } else {
+        rss_bytes()
+    };
+    let ramp_s = ramp_done.map(|r| r.duration_since(t0).as_secs_f64());
+    let after_ramp_s = ramp_done.map_or(0.0, |r| end.saturating_duration_since(r).as_secs_f64());
+    let end_wall = wall_ms();
+    // Give the server's lapse monitor a moment, then read its lapses.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut lapses = 0u64;
+    let mut unreported = 0u64;
+    if let Some(path) = &opts.lapse_file {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for line in text.lines().filter(|l| l.starts_with("LAPSE ")) {
+            let field = |name: &str| {
+                line.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(name))
+                    .map(str::to_owned)
+            };
+            let (Some(id), Some(exp)) = (
+                field("reservation_id="),
+                field("expires_at_ms=").and_then(|e| e.parse::<u64>().ok()),
+            ) else {
+                continue;
+            };
+            if exp > end_wall {
+                continue;
+            }
+            lapses += 1;
+            if reported.get(&id).is_none_or(|t| *t > exp) {
+                unreported += 1;
+            }
+        }
+    }
+    late_ns.sort_unstable();
+    let per_lease = rss_end.saturating_sub(rss0) / opts.leases.max(1) as u64;
+    println!(
+        "leases={} beats_per_s={:.0} late_p50_ms={:.3} late_p99_ms={:.3} rss_bytes_per_lease={} lapses={} unreported={} created={} create_failed={} ramp_s={} jeopardy={} stops={} cpu_timer_pct={:.1} cpu_workers_pct={:.1} cpu_other_pct={:.1}",
+        opts.leases,
+        if after_ramp_s > 0.0 {
+            beats_after_ramp as f64 / after_ramp_s
+        } else {
+            0.0
+        },
+        pct(&late_ns, 0.5),
+        pct(&late_ns, 0.99),
+        per_lease,
+        lapses,
+        unreported,
+        created,
+        create_failed,
+        ramp_s.map_or("never".into(), |r| format!("{r:.1}")),
+        jeopardies,
+        stops,
+        100.0 * cpu_timer / run_s,
+        100.0 * cpu_workers / run_s,
+        100.0 * cpu_other / run_s,
+    );
+    if !stop_reasons.is_empty() || !jeopardy_reasons.is_empty() {
+        println!("stop_reasons={stop_reasons:?} jeopardy_reasons={jeopardy_reasons:?}");
+    }
+    // Cancels every lease (each reports a stop) and joins the threads.
+    drop(events);
+    driver.shutdown();
+    std::process::ExitCode::SUCCESS
+}
