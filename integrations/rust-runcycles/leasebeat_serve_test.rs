@@ -18,11 +18,11 @@ use runcycles::{with_cycles, CyclesClient, WithCyclesConfig};
 use serde_json::Value;
 
 /// Requested lease. With the client's 1 s attempt timeout the retry reserve
-/// is 2 x 1000 + 1000 = 3000 ms, so the first beat comes about 1 s after the
-/// create and the guarded function below outlives the lease several times.
-const TTL_MS: u64 = 4_000;
+/// is 2 x 1000 + 1000 = 3000 ms, so the first beat comes about 3 s after the
+/// create, and the guarded function below outlives the lease twice over.
+const TTL_MS: u64 = 6_000;
 /// How long the guarded function works.
-const WORK: Duration = Duration::from_millis(10_000);
+const WORK: Duration = Duration::from_millis(12_000);
 
 struct Server {
     child: Child,
@@ -134,7 +134,10 @@ fn check(entries: &[Value], expected_faults: usize) {
             retry["header_key"], extends[i]["header_key"],
             "the retry reuses the idempotency key"
         );
-        assert_eq!(retry["body"], extends[i]["body"], "the retry resends the same body");
+        assert_eq!(
+            retry["body"], extends[i]["body"],
+            "the retry resends the same body"
+        );
     }
     let last = extends.last().unwrap();
     assert!(last["fault"].is_null() && last["status"] == 200, "{last:?}");
@@ -143,7 +146,21 @@ fn check(entries: &[Value], expected_faults: usize) {
         extends.len() > expected_faults + 1,
         "the heartbeat kept extending after the recovery: {extends:#?}"
     );
-    // The keys of successful, unfaulted extends are all distinct (a fresh key per beat).
+    // A key is reused only for the retry of a faulted attempt; every new beat
+    // after a success has a fresh key (HB-35).
+    for i in 1..extends.len() {
+        if extends[i]["header_key"] == extends[i - 1]["header_key"] {
+            assert!(
+                !extends[i - 1]["fault"].is_null(),
+                "key reused after a success: {extends:#?}"
+            );
+        }
+    }
+    let keys: std::collections::HashSet<String> = extends
+        .iter()
+        .map(|e| e["header_key"].to_string())
+        .collect();
+    assert_eq!(keys.len(), extends.len() - expected_faults, "{extends:#?}");
     let commits = requests(entries, "commit");
     assert_eq!(commits.len(), 1, "{commits:#?}");
     assert_eq!(commits[0]["status"], 200, "{:?}", commits[0]);
