@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every SDK integration: runs integrations/*/run.sh (each takes its SDK as
+# released, applies leasebeat's adapter and runs the SDK's own test suite, see
+# integrations/<sdk>/README.md), sums their closing `<sdk>: N passed, M failed`
+# lines, and prints `integrations: N passed, M failed` last. Exit status 1 if
+# any run.sh failed (an unexpected test failure or a build error).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+total_passed=0
+total_failed=0
+status=0
+shopt -s nullglob
+scripts=(integrations/*/run.sh)
+if [ "${#scripts[@]}" -eq 0 ]; then
+    echo "integrations: no integrations/*/run.sh found" >&2
+    exit 1
+fi
+for script in "${scripts[@]}"; do
+    name="$(basename "$(dirname "$script")")"
+    echo "== $name ($script)"
+    out="$(mktemp)"
+    bash "$script" 2>&1 | tee "$out"
+    rc="${PIPESTATUS[0]}"
+    line="$(grep -E '^[A-Za-z0-9_.-]+: [0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)"
+    rm -f "$out"
+    if [ -z "$line" ]; then
+        echo "== $name: no closing 'N passed, M failed' line (exit $rc)"
+        total_failed=$((total_failed + 1))
+        status=1
+        continue
+    fi
+    passed="$(sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\1/' <<<"$line")"
+    failed="$(sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\2/' <<<"$line")"
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+    if [ "$rc" -ne 0 ]; then
+        echo "== $name: run.sh exited $rc"
+        status=1
+    fi
+done
+echo "integrations: $total_passed passed, $total_failed failed"
+exit "$status"
