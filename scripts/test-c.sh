@@ -5,7 +5,7 @@
 #  2. the Rust tests of ffi-c, among them the header drift and version test
 #  3. tests/c under ASan+UBSan against the static library
 #  4. tests/c under valgrind against the shared library
-#     (both replay every tests/vectors/*.json and tests/vectors/pending-bindings/*.json
+#     (both replay every tests/vectors/*.json
 #     and compare every decision with the Rust replay's `leasebeat replay --emit`,
 #     plus the API's negative tests and the adopt tests)
 #  5. the header compiled as C++17
@@ -93,8 +93,7 @@ echo "==> [c] header drift and version (cargo test -p leasebeat-ffi)"
 cargo test --release --locked -p leasebeat-ffi
 
 shopt -s nullglob
-# tests/vectors/pending-bindings/ may disappear (its files move up).
-vectors=(tests/vectors/*.json tests/vectors/pending-bindings/*.json)
+vectors=(tests/vectors/*.json)
 shopt -u nullglob
 echo "==> [c] ${#vectors[@]} vectors; the Rust replay's decisions for comparison"
 emit_args=()

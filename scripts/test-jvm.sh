@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # JVM binding (jvm/): builds libleasebeat_jni.so with cargo, then `mvn verify`:
-#  - Surefire: API, bad-input, concurrency tests, every tests/vectors/*.json (and
-#    tests/vectors/pending-bindings/*.json) replayed through the Java API, and the adoption and
-#    runner tests against `leasebeat serve` (target/release/leasebeat), with the library loaded from java.library.path (cargo's output directory);
+#  - Surefire: API, bad-input, concurrency tests, every tests/vectors/*.json
+#    replayed through the Java API, and the adoption and runner tests against
+#    `leasebeat serve` (target/release/leasebeat), with the library loaded from
+#    java.library.path (cargo's output directory);
 #  - Javadoc with doclint (a missing comment fails the build) and the jars;
 #  - Failsafe (*IT): the same vectors against the packaged jar, with no java.library.path, so
 #    the library is extracted from the jar's resources.

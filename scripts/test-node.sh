@@ -3,7 +3,7 @@
 # index.js/index.d.ts for drift, packs the package with `npm pack`, installs
 # the tarball into a fresh temporary project and runs the `node --test` suite
 # there against the installed package (every tests/vectors/*.json and
-# tests/vectors/pending-bindings/*.json, API and bad-input tests, and the
+# API and bad-input tests, and the
 # integration tests against `leasebeat serve`, built here), then type-checks
 # TypeScript consumers with tsc 6.0 and 5.9 (one calls fetch with an
 # attempt's body under the DOM library's types).

@@ -3,7 +3,7 @@
 # virtual environment with pinned pytest, mypy and httpx, then run
 # mypy.stubtest, `mypy --strict` on the typed heartbeat loop
 # (py/tests/test_typed_loop.py), a help(leasebeat) check and the pytest suite
-# (every tests/vectors/*.json and tests/vectors/pending-bindings/*.json, the API
+# (every tests/vectors/*.json, the API
 # tests, and the tests against `leasebeat serve`, built here in release mode)
 # against the INSTALLED wheel, from a directory where the source tree is not
 # importable. The same wheel is then tested on every other

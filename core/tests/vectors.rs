@@ -4,20 +4,14 @@ use std::path::PathBuf;
 
 use leasebeat::scenario;
 
-/// `tests/vectors/*.json` and `tests/vectors/pending-bindings/*.json` (the
-/// adopt and proven_until vectors, which the bindings' harnesses do not read
-/// yet).
+/// Every `tests/vectors/*.json`.
 fn vector_files() -> Vec<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
-    let mut files = Vec::new();
-    for dir in [root.clone(), root.join("pending-bindings")] {
-        files.extend(
-            std::fs::read_dir(&dir)
-                .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-                .map(|e| e.expect("directory entry").path())
-                .filter(|p| p.extension().is_some_and(|x| x == "json")),
-        );
-    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
     files.sort();
     files
 }

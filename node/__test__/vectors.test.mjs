@@ -1,12 +1,10 @@
-// Replays every file in tests/vectors/ and in tests/vectors/pending-bindings/
-// (discovered at run time; the latter folder may be gone once its files moved
-// up) through the installed `leasebeat` package. The directory is LEASEBEAT_VECTORS_DIR when
+// Replays every file in tests/vectors/ (discovered at run time) through the installed `leasebeat` package. The directory is LEASEBEAT_VECTORS_DIR when
 // set (scripts/test-node.sh sets it, since the tests run from a temporary
 // project), else ../../tests/vectors next to this file in the repository.
 
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { join, resolve, dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -15,9 +13,8 @@ import { parse } from 'lossless-json'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const dir = resolve(process.env.LEASEBEAT_VECTORS_DIR ?? join(here, '..', '..', 'tests', 'vectors'))
-const pending = join(dir, 'pending-bindings')
 const listJson = (d) => readdirSync(d).filter((f) => f.endsWith('.json')).sort().map((f) => join(d, f))
-const paths = [...listJson(dir), ...(existsSync(pending) ? listJson(pending) : [])]
+const paths = listJson(dir)
 const files = paths.map((p) => p.slice(dir.length + 1))
 
 test(`the vector directory ${dir} holds scenario files`, () => {

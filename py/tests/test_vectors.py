@@ -33,9 +33,7 @@ VECTORS_DIR = Path(
     os.environ.get("LEASEBEAT_VECTORS_DIR")
     or Path(__file__).resolve().parents[2] / "tests" / "vectors"
 )
-# Vectors waiting for every binding live in pending-bindings/ until the lead
-# moves them up; the folder may be gone.
-FILES = sorted(VECTORS_DIR.glob("*.json")) + sorted((VECTORS_DIR / "pending-bindings").glob("*.json"))
+FILES = sorted(VECTORS_DIR.glob("*.json"))
 
 
 class RawFloat(str):

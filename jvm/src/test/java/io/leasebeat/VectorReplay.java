@@ -46,17 +46,9 @@ final class VectorReplay {
     return Paths.get(System.getProperty("leasebeat.vectors.dir", "../tests/vectors"));
   }
 
-  /**
-   * Every *.json file of the vector directory, then of its pending-bindings/ folder (vectors the
-   * lead moves into the main folder once every binding replays them; the folder may be gone).
-   */
+  /** Every *.json file of the vector directory, sorted. */
   static List<Path> vectorFiles() throws IOException {
-    List<Path> files = new ArrayList<>(jsonFiles(vectorsDir()));
-    Path pending = vectorsDir().resolve("pending-bindings");
-    if (Files.isDirectory(pending)) {
-      files.addAll(jsonFiles(pending));
-    }
-    return files;
+    return jsonFiles(vectorsDir());
   }
 
   private static List<Path> jsonFiles(Path dir) throws IOException {
