@@ -103,8 +103,8 @@ def adopt(
     the create's numbers: then the create's schema-valid answer is rebuilt
     from them (an unknown rtt counts as 0 and an unknown receipt as now, as
     the SDK always did). With neither ``remaining_ttl_ms`` nor
-    ``expires_at_ms`` nothing anchors the lease: it is heartbeated as an
-    existing reservation (an immediate extension).
+    ``expires_at_ms`` nothing anchors the lease: the core stops
+    ``no_reservation`` and the heartbeat does not start.
     """
     timeout = request_timeout_ms(timeout_budget_ms)
     ttl = min(max(ttl_ms, 1000), 86_400_000)
@@ -120,8 +120,6 @@ def adopt(
             headers=r.headers,
             body=_body_bytes(r),
         )
-    if initial_remaining_ms is None and expires_at_ms is None:
-        return leasebeat.Heartbeat.for_reservation(reservation_id, ttl, timeout), None
     received = now_ms if initial_received_ms is None else initial_received_ms
     rtt = initial_rtt_ms if initial_rtt_ms is not None and math.isfinite(initial_rtt_ms) else 0.0
     body: dict[str, Any] = {"decision": "ALLOW", "reservation_id": reservation_id, "affected_scopes": []}
