@@ -48,6 +48,12 @@ _PERMANENT = {
     leasebeat.StopReason.NOT_FOUND: "NOT_FOUND",
 }
 
+_NOT_STARTED = {
+    leasebeat.StopReason.NO_RESERVATION,
+    leasebeat.StopReason.CREATE_FAILED,
+    leasebeat.StopReason.CREATE_REJECTED,
+}
+
 
 @dataclass(frozen=True)
 class AdoptedCreate:
@@ -181,6 +187,12 @@ class _Reporter:
         status = response.status if response is not None else -1
         if reason == leasebeat.StopReason.CANCELLED:
             logger.debug("Heartbeat stopped: id=%s, disposition=%s", rid, reason.value)
+        elif reason in _NOT_STARTED:
+            logger.warning(
+                "Heartbeat not started: the create response does not anchor a lease: id=%s, disposition=%s",
+                rid,
+                reason.value,
+            )
         elif reason == leasebeat.StopReason.LEASE_TOO_SHORT:
             logger.warning("Heartbeat stopping: lease shorter than the retry-safety budget: id=%s", rid)
         elif reason in _PERMANENT:
