@@ -17,7 +17,9 @@ stop are decided by ``leasebeat.Heartbeat``. This module only
   (``client.extend_reservation``) under the SDK's whole-attempt deadline
   (``_run_sync_attempt`` / ``_run_async_attempt``);
 * feeds the outcome back and logs every decision with the reservation id
-  and its disposition, and writes ``expires_at_ms`` into the context.
+  and its disposition, and writes ``expires_at_ms`` into the context;
+* logs ``lease_in_jeopardy`` (D-15) when a wake-up or an outcome comes at or
+  after the last decision's ``proven_until_ns``.
 """
 
 from __future__ import annotations
@@ -152,8 +154,25 @@ class _Reporter:
         self.rid = reservation_id
         self.ctx = ctx
         self.clamp_warned = False
+        self.proven_until_ns: int | None = None
+        self.reported_proven: int | None = None
+
+    def jeopardy(self, hb: leasebeat.Heartbeat, now_ns: int) -> None:
+        """D-15: report ``lease_in_jeopardy`` once per proven instant the
+        heartbeat reaches without a newer success (checked at every wake-up
+        and every outcome; it never changes the schedule)."""
+        proven = self.proven_until_ns
+        if proven is not None and now_ns >= proven and proven != self.reported_proven:
+            self.reported_proven = proven
+            logger.warning(
+                "Heartbeat lease_in_jeopardy: id=%s, proven lead ran out %.0fms ago",
+                self.rid,
+                (now_ns - proven) / NS_PER_MS,
+            )
 
     def decision(self, d: leasebeat.Decision, response: CyclesResponse | None, exc: BaseException | None) -> None:
+        if d.proven_until_ns is not None:
+            self.proven_until_ns = d.proven_until_ns
         rid = self.rid
         disposition = d.reason.value if d.is_stop and d.reason is not None else d.next.value
         logger.debug("Heartbeat decision: id=%s, disposition=%s, %s", rid, disposition, d.to_json_str())
@@ -279,7 +298,9 @@ def run_sync(
         if stop_event.wait(timeout=wait_s):
             report.stop(hb.cancel(max(_ns(now_ms()), hb.last_event_ns)), None, None)
             return
-        hb.handle_sent(attempt.id, max(_ns(now_ms()), hb.last_event_ns))
+        sent_ns = max(_ns(now_ms()), hb.last_event_ns)
+        report.jeopardy(hb, sent_ns)
+        hb.handle_sent(attempt.id, sent_ns)
         body = json.loads(attempt.body)
         response: CyclesResponse | None = None
         exc: BaseException | None = None
@@ -287,7 +308,9 @@ def run_sync(
             response = run_attempt(lambda: extend(reservation_id, body), timeout_budget_ms)
         except Exception as e:  # the SDK's client or the deadline: no response
             exc = e
-        report.decision(_feed(hb, attempt.id, _ns(now_ms()), response, exc), response, exc)
+        observed_ns = _ns(now_ms())
+        report.jeopardy(hb, observed_ns)
+        report.decision(_feed(hb, attempt.id, observed_ns, response, exc), response, exc)
 
 
 async def run_async(
@@ -314,7 +337,9 @@ async def run_async(
                 await asyncio.Event().wait()  # never due: until cancelled
             else:
                 await asyncio.sleep(wait_s)
-            hb.handle_sent(attempt.id, max(_ns(now_ms()), hb.last_event_ns))
+            sent_ns = max(_ns(now_ms()), hb.last_event_ns)
+            report.jeopardy(hb, sent_ns)
+            hb.handle_sent(attempt.id, sent_ns)
             body = json.loads(attempt.body)
             response: CyclesResponse | None = None
             exc: BaseException | None = None
@@ -324,7 +349,9 @@ async def run_async(
                 raise
             except Exception as e:
                 exc = e
-            report.decision(_feed(hb, attempt.id, _ns(now_ms()), response, exc), response, exc)
+            observed_ns = _ns(now_ms())
+            report.jeopardy(hb, observed_ns)
+            report.decision(_feed(hb, attempt.id, observed_ns, response, exc), response, exc)
     except asyncio.CancelledError:
         if not hb.is_stopped:
             report.stop(hb.cancel(max(_ns(now_ms()), hb.last_event_ns)), None, None)
