@@ -38,6 +38,15 @@ import leasebeat
 
 from runcycles.response import CyclesResponse
 
+try:  # the binding's runner policy (budget minus detection slack)
+    from leasebeat._runner import attempt_deadline_ns as _attempt_deadline_ns
+except ImportError:  # pragma: no cover - an older binding: the whole budget
+
+    def _attempt_deadline_ns(hb: leasebeat.Heartbeat, sent_ns: int) -> int | None:
+        budget = leasebeat.attempt_budget(hb.request_timeout_ms, hb.max_rtt_ms)
+        return None if budget == math.inf else sent_ns + int(budget) * NS_PER_MS
+
+
 logger = logging.getLogger("runcycles.lifecycle")
 
 NS_PER_MS = 1_000_000
@@ -260,6 +269,15 @@ def _feed(
     return hb.handle_response(attempt_id, now_ns, response.status, response.headers, _body_bytes(response))
 
 
+def _attempt_budget_ms(hb: leasebeat.Heartbeat, sent_ns: int) -> float:
+    """The whole-attempt deadline for this attempt, as leasebeat's runner
+    computes it: the core's ``attempt_budget(request_timeout_ms, max_rtt_ms)``
+    minus the runner's detection slack, so that a timed-out attempt is
+    observed no later than ``sent + attempt_budget``."""
+    deadline_ns = _attempt_deadline_ns(hb, sent_ns)
+    return math.inf if deadline_ns is None else (deadline_ns - sent_ns) / NS_PER_MS
+
+
 def _next_wait_s(hb: leasebeat.Heartbeat, now_ns: int) -> tuple[leasebeat.Attempt | None, float | None]:
     action = hb.poll_action()
     if action.is_stop or action.attempt is None:
@@ -305,7 +323,7 @@ def run_sync(
         response: CyclesResponse | None = None
         exc: BaseException | None = None
         try:
-            response = run_attempt(lambda: extend(reservation_id, body), timeout_budget_ms)
+            response = run_attempt(lambda: extend(reservation_id, body), _attempt_budget_ms(hb, sent_ns))
         except Exception as e:  # the SDK's client or the deadline: no response
             exc = e
         observed_ns = _ns(now_ms())
@@ -344,7 +362,7 @@ async def run_async(
             response: CyclesResponse | None = None
             exc: BaseException | None = None
             try:
-                response = await run_attempt(lambda: extend(reservation_id, body), timeout_budget_ms)
+                response = await run_attempt(lambda: extend(reservation_id, body), _attempt_budget_ms(hb, sent_ns))
             except asyncio.CancelledError:
                 raise
             except Exception as e:
