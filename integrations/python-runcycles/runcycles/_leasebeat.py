@@ -183,7 +183,12 @@ class _Reporter:
         if d.proven_until_ns is not None:
             self.proven_until_ns = d.proven_until_ns
         rid = self.rid
-        disposition = d.reason.value if d.is_stop and d.reason is not None else d.next.value
+        if d.is_stop:
+            disposition = d.reason.value if d.reason is not None else "stop"
+        elif d.key_use == leasebeat.KeyUse.SAME:
+            disposition = "retry"  # the same idempotency key and body
+        else:
+            disposition = d.next.value  # "extend": a new logical extension
         logger.debug("Heartbeat decision: id=%s, disposition=%s, %s", rid, disposition, d.to_json_str())
         if d.expires_at_ms is not None and self.ctx is not None and response is not None:
             self.ctx.update_expires_at_ms(d.expires_at_ms)

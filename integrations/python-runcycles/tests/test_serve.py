@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import time
@@ -103,11 +104,22 @@ def check(server: Serve, fault: str) -> None:
     assert extends[0]["t_ms"] - creates[0]["t_ms"] >= 1000, detail
 
 
+def check_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """Every decision is logged with the reservation id and its disposition."""
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Heartbeat decision: ")]
+    assert lines, "no decision logged"
+    assert all("id=rsv-" in x and "disposition=" in x for x in lines), lines
+    assert any("disposition=retry" in x for x in lines), lines  # the faulted beat was retried
+
+
 FAULTS = {"drop": "extend:1=drop", "5xx": "extend:1-2=503"}
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_sync_decorated_function_outlives_its_lease(serve: Any, fault: str) -> None:
+def test_sync_decorated_function_outlives_its_lease(
+    serve: Any, fault: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="runcycles.lifecycle")
     server = serve("--fault", FAULTS[fault])
     client = CyclesClient(config(server.url))
 
@@ -118,10 +130,14 @@ def test_sync_decorated_function_outlives_its_lease(serve: Any, fault: str) -> N
 
     assert long_work() == "done"
     check(server, fault)
+    check_logged(caplog)
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_async_decorated_function_outlives_its_lease(serve: Any, fault: str) -> None:
+def test_async_decorated_function_outlives_its_lease(
+    serve: Any, fault: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="runcycles.lifecycle")
     server = serve("--fault", FAULTS[fault])
 
     async def main() -> str:
@@ -136,3 +152,4 @@ def test_async_decorated_function_outlives_its_lease(serve: Any, fault: str) -> 
 
     assert asyncio.run(main()) == "done"
     check(server, fault)
+    check_logged(caplog)
