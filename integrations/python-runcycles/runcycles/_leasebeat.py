@@ -307,7 +307,6 @@ def run_sync(
     stop_event: threading.Event,
     extend: Callable[[str, dict[str, Any]], CyclesResponse],
     run_attempt: Callable[[Callable[[], CyclesResponse], float], CyclesResponse],
-    timeout_budget_ms: float,
     now_ms: Callable[[], float],
 ) -> None:
     """The thread body of every synchronous heartbeat."""
@@ -344,7 +343,6 @@ async def run_async(
     ctx: Any,
     extend: Callable[[str, dict[str, Any]], Awaitable[CyclesResponse]],
     run_attempt: Callable[[Callable[[], Awaitable[CyclesResponse]], float], Awaitable[CyclesResponse]],
-    timeout_budget_ms: float,
     now_ms: Callable[[], float],
 ) -> None:
     """The task body of every asynchronous heartbeat; cancel the task to stop."""
