@@ -39,5 +39,10 @@ for script in "${scripts[@]}"; do
         status=1
     fi
 done
+if [ "$status" -eq 0 ] && [ "$total_failed" -gt 0 ]; then
+    echo "(every failure above is one of the SDKs' own tests that pins its divergent arithmetic;"
+    echo " each is listed, with the contract rule and the vector that decide otherwise, in"
+    echo " integrations/<sdk>/README.md and expected by its run.sh)"
+fi
 echo "integrations: $total_passed passed, $total_failed failed"
 exit "$status"

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# runcycles 0.5.3 (PyPI) on leasebeat: downloads the SDK's sdist (it carries
+# tests/) into a `mktemp -d`, applies the adapter (runcycles-0.5.3.patch +
+# runcycles/_leasebeat.py), builds leasebeat's abi3 wheel with maturin,
+# installs both in a fresh venv (`pip install -e .[dev]`), runs the SDK's own
+# suite (`pytest --ignore=tests/integration`) and then our test of the SDK's
+# public API against `leasebeat serve` (tests/test_serve.py).
+#
+# Last line: `python-runcycles: N passed, M failed` over the SDK's own tests
+# plus the serve test. Expected failures (README.md, "Expected failures") are
+# counted as failed, never hidden. Exit status 0 when every failure is an
+# expected one and the serve test passed.
+#
+# RUNCYCLES_BASELINE=1 also runs the unpatched suite first (the "before" count).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+PY=${PYTHON:-python3}
+VERSION=0.5.3
+MATURIN_PIN=maturin==1.16.0
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
+if [ -z "${LEASEBEAT_BIN:-}" ]; then
+  echo "==> python-runcycles: cargo build --release -p leasebeat-cli (leasebeat serve)"
+  (cd "$ROOT" && cargo build --release --locked -q -p leasebeat-cli)
+  export LEASEBEAT_BIN=$TARGET/release/leasebeat
+fi
+
+echo "==> python-runcycles: pip download runcycles==$VERSION (sdist)"
+"$PY" -m venv "$WORK/venv"
+VPY=$WORK/venv/bin/python
+"$VPY" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+"$VPY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+  "runcycles==$VERSION" -d "$WORK/dl"
+tar -xzf "$WORK"/dl/runcycles-"$VERSION".tar.gz -C "$WORK"
+SDK=$WORK/runcycles-$VERSION
+
+count() { # $1 = pytest output file -> "passed failed"
+  local line p f e
+  line=$(grep -E '^(=+ )?[0-9]+ (passed|failed)|^(=+ )?[0-9]+ failed' "$1" | tail -1 || true)
+  p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  f=$(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  e=$(grep -oE '[0-9]+ errors?' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  echo "$p $((f + e))"
+}
+
+if [ "${RUNCYCLES_BASELINE:-0}" = 1 ]; then
+  echo "==> python-runcycles: baseline (as released)"
+  cp -r "$SDK" "$WORK/baseline"
+  "$PY" -m venv "$WORK/venv-base"
+  (cd "$WORK/baseline" && "$WORK/venv-base/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]')
+  (cd "$WORK/baseline" && "$WORK/venv-base/bin/python" -m pytest -p no:cacheprovider -q \
+    --ignore=tests/integration) >"$WORK/baseline.out" 2>&1 || true
+  tail -1 "$WORK/baseline.out"
+  read -r bp bf < <(count "$WORK/baseline.out")
+  echo "python-runcycles baseline (as released): $bp passed, $bf failed"
+fi
+
+echo "==> python-runcycles: apply the adapter"
+(cd "$SDK" && patch -p1 -s <"$HERE/runcycles-$VERSION.patch")
+cp "$HERE/runcycles/_leasebeat.py" "$SDK/runcycles/_leasebeat.py"
+
+echo "==> python-runcycles: build leasebeat's wheel ($MATURIN_PIN)"
+"$PY" -m venv "$WORK/build-venv"
+"$WORK/build-venv/bin/python" -m pip install -q --disable-pip-version-check "$MATURIN_PIN"
+(cd "$ROOT/py" && "$WORK/build-venv/bin/maturin" build --release --locked -q --out "$WORK/wheels" 2>&1 | tail -1)
+
+echo "==> python-runcycles: install leasebeat + patched runcycles[dev]"
+"$VPY" -m pip install -q --disable-pip-version-check "$WORK"/wheels/leasebeat-*.whl
+(cd "$SDK" && "$VPY" -m pip install -q --disable-pip-version-check -e '.[dev]')
+
+echo "==> python-runcycles: the SDK's own suite (pytest --ignore=tests/integration)"
+(cd "$SDK" && "$VPY" -m pytest -p no:cacheprovider -q -rf --ignore=tests/integration) >"$WORK/sdk.out" 2>&1 || true
+grep -E '^FAILED|^ERROR' "$WORK/sdk.out" || true
+tail -1 "$WORK/sdk.out"
+read -r sp sf < <(count "$WORK/sdk.out")
+
+echo "==> python-runcycles: public API against leasebeat serve (tests/test_serve.py)"
+(cd "$SDK" && "$VPY" -m pytest -p no:cacheprovider -q -rf --rootdir "$HERE/tests" \
+  "$HERE/tests/test_serve.py") >"$WORK/serve.out" 2>&1 || true
+grep -E '^FAILED|^ERROR' "$WORK/serve.out" || true
+tail -1 "$WORK/serve.out"
+read -r vp vf < <(count "$WORK/serve.out")
+
+# The failures README.md lists as expected (each with its contract rule and vector).
+unexpected=$(grep -E '^FAILED' "$WORK/sdk.out" | sed -E 's/^FAILED ([^ ]+).*/\1/' \
+  | grep -vxF -f <(grep -oE 'tests/test_[a-z_]+\.py::[A-Za-z_]+::[a-z_0-9]+' "$HERE/README.md") || true)
+if [ -n "$unexpected" ]; then
+  echo "python-runcycles: UNEXPECTED failures (not in README.md):"
+  echo "$unexpected"
+fi
+echo "python-runcycles: SDK suite $sp passed, $sf failed; serve test $vp passed, $vf failed"
+echo "python-runcycles: $((sp + vp)) passed, $((sf + vf)) failed"
+[ -z "$unexpected" ] && [ "$vf" = 0 ] && [ "$vp" -gt 0 ] && ! grep -qE '^ERROR' "$WORK/sdk.out"
