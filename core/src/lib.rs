@@ -60,6 +60,7 @@ mod decision;
 pub mod driver;
 mod error;
 mod heartbeat;
+mod json;
 mod keys;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
