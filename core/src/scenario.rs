@@ -203,12 +203,16 @@ fn to_value(j: &J<'_>) -> Result<Value, FormatError> {
         J::Null => Value::Null,
         J::Bool(b) => Value::Bool(*b),
         J::Num(t) => {
-            let exact = t
-                .parse::<u64>()
-                .ok()
-                .map(Value::from)
-                .or_else(|| t.parse::<i64>().ok().map(Value::from))
-                .filter(|v| v.to_string() == *t);
+            // Canonical integer text only: `-0`, `1e3`, `1.5` keep their text.
+            let canonical = !t.contains(['.', 'e', 'E']) && *t != "-0";
+            let exact = if canonical {
+                t.parse::<u64>()
+                    .ok()
+                    .map(Value::from)
+                    .or_else(|| t.parse::<i64>().ok().map(Value::from))
+            } else {
+                None
+            };
             exact.unwrap_or_else(|| Value::String(format!("{NUM_MARK}{t}")))
         }
         J::Str(s) if s.starts_with(NUM_MARK) => {

@@ -51,7 +51,11 @@ fuzz_target!(|data: &[u8]| {
             6 => b.u64().unwrap_or(0),
             _ => 0,
         };
-        let t = if op & 0x10 != 0 { now.saturating_sub(step) } else { now.saturating_add(step) };
+        let t = if op & 0x10 != 0 {
+            now.saturating_sub(step)
+        } else {
+            now.saturating_add(step)
+        };
         let current = hb.attempt().map(|a| a.id);
         let id = match op & 0x08 {
             0 => current.unwrap_or(1),
@@ -65,7 +69,8 @@ fuzz_target!(|data: &[u8]| {
                 let status = b.u64().map_or(200, |s| (s % 700) as u16);
                 let len = usize::from(b.u8().unwrap_or(0));
                 let body = b.take(len).to_vec();
-                hb.handle_response(id, Response::new(status).body(body), t).map(Some)
+                hb.handle_response(id, Response::new(status).body(body), t)
+                    .map(Some)
             }
             4 | 5 => {
                 let f = [
@@ -83,7 +88,11 @@ fuzz_target!(|data: &[u8]| {
             }
         };
         match r {
-            Err(_) => assert_eq!(format!("{hb:?}"), before, "a refused call changed the state"),
+            Err(_) => assert_eq!(
+                format!("{hb:?}"),
+                before,
+                "a refused call changed the state"
+            ),
             Ok(Some(d)) => {
                 assert!(!stopped, "a call succeeded after a stop");
                 if let (Next::Send(_), Some(at)) = (d.next, d.at_ns) {

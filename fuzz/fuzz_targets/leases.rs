@@ -73,7 +73,11 @@ fuzz_target!(|data: &[u8]| {
                 let _ = apply(&mut server);
                 hb.handle_failure(attempt.id, TransportFailure::Reset, observed)
             }
-            1 => hb.handle_failure(attempt.id, TransportFailure::Timeout, send_at + timeout_ms * NS),
+            1 => hb.handle_failure(
+                attempt.id,
+                TransportFailure::Timeout,
+                send_at + timeout_ms * NS,
+            ),
             2 => hb.handle_response(attempt.id, Response::new(503), observed),
             _ => {
                 let r = apply(&mut server);
@@ -92,7 +96,10 @@ fuzz_target!(|data: &[u8]| {
         match d.next {
             Next::Stop(_) => {
                 assert!(hb.attempt().is_none());
-                assert_eq!(hb.cancel(now + NS).map_err(|e| e.kind()).err(), Some(ErrorKind::Stopped));
+                assert_eq!(
+                    hb.cancel(now + NS).map_err(|e| e.kind()).err(),
+                    Some(ErrorKind::Stopped)
+                );
                 break;
             }
             Next::Send(_) => {
@@ -101,7 +108,9 @@ fuzz_target!(|data: &[u8]| {
                 assert!(at >= now, "due before its deciding event");
                 // S-4
                 match d.key {
-                    Some(KeyUse::New) => assert!(!used.contains(&a.key), "a new key was used before"),
+                    Some(KeyUse::New) => {
+                        assert!(!used.contains(&a.key), "a new key was used before")
+                    }
                     _ => {
                         let (k, b) = last.as_ref().expect("a retry follows an attempt");
                         assert_eq!(&a.key, k);
@@ -120,8 +129,12 @@ fuzz_target!(|data: &[u8]| {
                     }
                     assert!(zero_streak <= 2, "S-3");
                 }
-                let Some(id) = hb.reservation_id() else { continue };
-                let Some(lease) = server.lease(id) else { continue };
+                let Some(id) = hb.reservation_id() else {
+                    continue;
+                };
+                let Some(lease) = server.lease(id) else {
+                    continue;
+                };
                 let expiry = (lease.expires_at_ms + 1).saturating_mul(NS);
                 let two_rtt = max_rtt_ms * 2;
                 let budget = timeout_ms.max(1000).max(two_rtt);

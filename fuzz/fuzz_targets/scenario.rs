@@ -12,7 +12,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(s) = scenario::parse(text) {
         let r = scenario::replay_with(&s, true);
         for line in &r.lines {
-            assert!(serde_json::from_str::<serde_json::Value>(line).is_ok(), "{line}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(line).is_ok(),
+                "{line}"
+            );
         }
     }
 });
