@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use leasebeat::scenario::{self, Scenario};
-use serde_json::Value;
 
 fn load(path: &Path) -> Result<Scenario, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
@@ -44,8 +43,8 @@ fn run_inner(files: &[PathBuf], emit: bool) -> Result<ExitCode, ExitCode> {
         };
         let replay = scenario::replay_with(&scenario, !emit);
         if emit {
-            for d in &replay.decisions {
-                line(format_args!("{}", Value::Object(d.clone())))?;
+            for d in &replay.lines {
+                line(format_args!("{d}"))?;
             }
             if let Some(m) = &replay.mismatch {
                 eprintln!("{}: replay stopped at {m}", scenario.id);

@@ -40,10 +40,23 @@ impl Num {
                 } else if let Ok(i) = i64::try_from(v) {
                     Value::from(i)
                 } else {
-                    // Outside i64/u64: JSON still holds the exact integer text.
+                    // Outside i64/u64 (only a retry window below -2^63):
+                    // `serde_json::Value` cannot hold it exactly; see
+                    // `Decision::to_json_string` for the exact text (P-9).
                     serde_json::from_str(&v.to_string()).unwrap_or(Value::Null)
                 }
             }
+        }
+    }
+
+    /// Like [`Num::to_json`], but a value outside `i64`/`u64` is a marked
+    /// exact text (see [`write_exact`]).
+    fn to_json_marked(self) -> Value {
+        match self {
+            Num::Int(v) if u64::try_from(v).is_err() && i64::try_from(v).is_err() => {
+                marked(v.to_string())
+            }
+            other => other.to_json(),
         }
     }
 
@@ -381,11 +394,68 @@ pub struct Decision {
 }
 
 impl fmt::Display for Decision {
-    /// The emitted-decision JSON line ([`Decision::to_json`]), members in
-    /// lexicographic order.
+    /// The emitted-decision JSON line ([`Decision::to_json_string`]): members
+    /// in lexicographic order, every number exact (P-9).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", Value::Object(self.to_json()))
+        f.write_str(&self.to_json_string())
     }
+}
+
+/// Marks a string member that stands for an exact JSON number text which
+/// `serde_json::Value` (without its `arbitrary_precision` feature) cannot
+/// hold: a retry window below -2^63, a due time with a fraction of a ms.
+/// Only [`write_exact`] gives it meaning, and only at the positions a
+/// decision puts numbers (`at`, `proven_until`, `numbers.*`).
+pub(crate) const NUM_MARK: &str = "\u{0}#";
+
+fn marked(text: String) -> Value {
+    Value::String(format!("{NUM_MARK}{text}"))
+}
+
+/// The lossy `serde_json` number for a marked text (what [`Decision::to_json`]
+/// gives, as it always did).
+fn unmark(v: &mut Value) {
+    if let Some(t) = v.as_str().and_then(|s| s.strip_prefix(NUM_MARK)) {
+        *v = serde_json::from_str(t).unwrap_or(Value::Null);
+    }
+}
+
+/// Writes an emitted-decision object as one JSON line, turning the marked
+/// strings at `at`, `proven_until` and `numbers.*` into their exact number
+/// text; everything else is written by `serde_json`.
+pub(crate) fn write_exact(m: &Map<String, Value>) -> String {
+    fn raw(v: &Value) -> String {
+        match v.as_str().and_then(|s| s.strip_prefix(NUM_MARK)) {
+            Some(t) => t.to_owned(),
+            None => v.to_string(),
+        }
+    }
+    let mut out = String::from("{");
+    for (i, (k, v)) in m.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::from(k.as_str()).to_string());
+        out.push(':');
+        match (k.as_str(), v) {
+            ("at" | "proven_until", _) => out.push_str(&raw(v)),
+            ("numbers", Value::Object(n)) => {
+                out.push('{');
+                for (j, (nk, nv)) in n.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::from(nk.as_str()).to_string());
+                    out.push(':');
+                    out.push_str(&raw(nv));
+                }
+                out.push('}');
+            }
+            _ => out.push_str(&v.to_string()),
+        }
+    }
+    out.push('}');
+    out
 }
 
 impl Decision {
@@ -402,12 +472,38 @@ impl Decision {
     /// `key_index`, `reason`, `mode`, `numbers`, `warnings`, and where they
     /// apply `proven_until` (ms, `"inf"` when it overflowed), `expires_at_ms`
     /// and `remaining_ttl_ms`.
+    ///
+    /// `serde_json::Value` holds integers only within `i64`/`u64` and other
+    /// numbers as `f64`: a retry window below -2^63, and an `at` or
+    /// `proven_until` with a fraction of a millisecond on a very large clock,
+    /// come out rounded here. [`Decision::to_json_string`] (and `Display`)
+    /// write every number exactly (P-9); use them to print or send a decision.
     pub fn to_json(&self) -> Map<String, Value> {
+        let mut m = self.to_json_marked();
+        for k in ["at", "proven_until"] {
+            if let Some(v) = m.get_mut(k) {
+                unmark(v);
+            }
+        }
+        if let Some(Value::Object(n)) = m.get_mut("numbers") {
+            n.values_mut().for_each(unmark);
+        }
+        m
+    }
+
+    /// The emitted-decision JSON line, every number exact (P-9): the same
+    /// members as [`Decision::to_json`], in lexicographic order.
+    pub fn to_json_string(&self) -> String {
+        write_exact(&self.to_json_marked())
+    }
+
+    /// [`Decision::to_json`] with exact numbers as marked strings.
+    pub(crate) fn to_json_marked(&self) -> Map<String, Value> {
         let mut m = Map::new();
         match self.next {
             Next::Send(kind) => {
                 m.insert("next".into(), kind.as_str().into());
-                m.insert("at".into(), ns_to_ms_json(self.at_ns));
+                m.insert("at".into(), ns_to_ms_marked(self.at_ns));
                 if let Some(k) = self.key {
                     m.insert("key".into(), k.as_str().into());
                 }
@@ -426,7 +522,7 @@ impl Decision {
         let numbers: Map<String, Value> = self
             .numbers
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_json()))
+            .map(|(k, v)| (k.to_string(), v.to_json_marked()))
             .collect();
         m.insert("numbers".into(), Value::Object(numbers));
         m.insert(
@@ -436,7 +532,7 @@ impl Decision {
         if let Some(p) = self.proven_until_ns {
             m.insert(
                 "proven_until".into(),
-                ns_to_ms_json(Some(p).filter(|p| *p != u64::MAX)),
+                ns_to_ms_marked(Some(p).filter(|p| *p != u64::MAX)),
             );
         }
         if let Some(e) = self.expires_at_ms {
@@ -463,5 +559,16 @@ pub fn ns_to_ms_json(at_ns: Option<u64>) -> Value {
                 serde_json::from_str(text).unwrap_or(Value::Null)
             }
         }
+    }
+}
+
+/// [`ns_to_ms_json`] with a fraction of a millisecond as a marked exact text.
+pub(crate) fn ns_to_ms_marked(at_ns: Option<u64>) -> Value {
+    match at_ns {
+        Some(ns) if ns % 1_000_000 != 0 => {
+            let text = format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000);
+            marked(text.trim_end_matches('0').to_owned())
+        }
+        other => ns_to_ms_json(other),
     }
 }

@@ -21,6 +21,12 @@ pub const MIN_TTL_MS: u64 = 1_000;
 pub const MAX_TTL_MS: u64 = 86_400_000;
 /// The longest idempotency key the protocol allows.
 pub const MAX_KEY_CHARS: usize = 256;
+/// The longest [`Decision::detail`] in bytes: a longer text (a huge error
+/// code or header value) is cut at a character boundary and ends with
+/// [`DETAIL_CUT_MARKER`].
+pub const MAX_DETAIL_BYTES: usize = 1024;
+/// What a cut [`Decision::detail`] ends with.
+pub const DETAIL_CUT_MARKER: &str = " [detail cut]";
 
 /// How a heartbeat is configured.
 #[derive(Clone, Debug, PartialEq)]
@@ -495,6 +501,8 @@ impl Heartbeat {
             None => hb.create_body(&key),
         };
         let sent = sent_ns.unwrap_or(received_ns);
+        // The caller chose this key: remember it, so no key source reuses it.
+        hb.used_keys.insert(key.clone());
         hb.install_attempt(
             AttemptKind::Create,
             Some(sent),
@@ -552,8 +560,8 @@ impl Heartbeat {
         }
         let mut hb = Heartbeat::with_key_source(config, keys)?;
         hb.reservation_id = Some(reservation_id);
-        // The create key was never sent: give its place to the first extension.
-        hb.used_keys.clear();
+        // The create key was never sent: give it and its place to the first
+        // extension (it stays remembered when its source needs that).
         hb.key_index = 0;
         hb.next_attempt_id = 1;
         let key = hb
@@ -813,7 +821,11 @@ impl Heartbeat {
     ) -> &Attempt {
         if key_use == KeyUse::New {
             self.key_index = self.key_index.saturating_add(1);
-            self.used_keys.insert(key.clone());
+            // Keys unique by construction need no memory: the set stays
+            // bounded over a long lease (see `KeySource::unique_by_construction`).
+            if !self.keys.unique_by_construction() {
+                self.used_keys.insert(key.clone());
+            }
         }
         let id = self.next_attempt_id;
         self.next_attempt_id = self.next_attempt_id.saturating_add(1);
@@ -853,7 +865,10 @@ impl Heartbeat {
         (key_index, kind)
     }
 
-    fn record(&mut self, d: Decision) -> Decision {
+    fn record(&mut self, mut d: Decision) -> Decision {
+        if let Some(text) = d.detail.as_mut() {
+            cap_detail(text);
+        }
         self.last_decision = Some(d.clone());
         d
     }
@@ -1458,6 +1473,19 @@ fn check_adopted_body(body: &[u8], key: &str) -> Result<(), Error> {
     }
 }
 
+/// Cuts a detail text to [`MAX_DETAIL_BYTES`], marker included.
+fn cap_detail(text: &mut String) {
+    if text.len() <= MAX_DETAIL_BYTES {
+        return;
+    }
+    let mut end = MAX_DETAIL_BYTES - DETAIL_CUT_MARKER.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(DETAIL_CUT_MARKER);
+}
+
 /// Classifies an extend response (HB-18, P-3), first match wins.
 fn classify_extend(response: &Response) -> Class {
     let status = response.status;
@@ -1527,5 +1555,20 @@ pub fn permanent_reason(code: &str) -> Option<StopReason> {
         "TENANT_CLOSED" => Some(StopReason::TenantClosed),
         "NOT_FOUND" => Some(StopReason::NotFound),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod detail_tests {
+    use super::*;
+
+    #[test]
+    fn long_details_are_cut_with_a_marker() {
+        let mut t = "é".repeat(MAX_DETAIL_BYTES);
+        cap_detail(&mut t);
+        assert!(t.len() <= MAX_DETAIL_BYTES && t.ends_with(DETAIL_CUT_MARKER));
+        let mut short = "x".repeat(MAX_DETAIL_BYTES);
+        cap_detail(&mut short);
+        assert_eq!(short.len(), MAX_DETAIL_BYTES);
     }
 }

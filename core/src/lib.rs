@@ -60,6 +60,7 @@ mod decision;
 pub mod driver;
 mod error;
 mod heartbeat;
+mod json;
 mod keys;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
@@ -75,7 +76,8 @@ pub use decision::{
 };
 pub use error::{Error, ErrorKind};
 pub use heartbeat::{
-    Action, AdoptedCreate, Attempt, Config, CreateOutcome, DEFAULT_TTL_MS, Heartbeat,
-    MAX_KEY_CHARS, MAX_TTL_MS, MIN_TTL_MS, Response, Timing, TransportFailure, permanent_reason,
+    Action, AdoptedCreate, Attempt, Config, CreateOutcome, DEFAULT_TTL_MS, DETAIL_CUT_MARKER,
+    Heartbeat, MAX_DETAIL_BYTES, MAX_KEY_CHARS, MAX_TTL_MS, MIN_TTL_MS, Response, Timing,
+    TransportFailure, permanent_reason,
 };
 pub use keys::{KeySource, SequentialKeys, UuidV4Keys};

@@ -14,10 +14,11 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::decision::{AttemptKind, Decision};
+use crate::decision::{AttemptKind, Decision, NUM_MARK, write_exact};
 use crate::heartbeat::{
     Action, AdoptedCreate, Config, CreateOutcome, Heartbeat, Response, TransportFailure,
 };
+use crate::json::{self, J};
 use crate::keys::SequentialKeys;
 use crate::{Num, ns_to_ms_json};
 
@@ -91,27 +92,33 @@ fn bad<T>(msg: impl Into<String>) -> Result<T, FormatError> {
     Err(FormatError(msg.into()))
 }
 
-/// Scenario milliseconds (integer, or up to 3 decimals) to nanoseconds.
+/// Scenario milliseconds (an integer, or a decimal with up to 6 decimals)
+/// to nanoseconds, exactly.
 pub fn ms_to_ns(v: &Value) -> Result<u64, FormatError> {
-    let n = match v {
-        Value::Number(n) => n,
-        _ => return bad(format!("time {v} is not a number")),
+    let text = match v {
+        Value::Number(n) => n.to_string(),
+        _ => match number_text(v) {
+            Some(t) => t.to_owned(),
+            None => return bad(format!("time {v} is not a number")),
+        },
     };
-    if let Some(u) = n.as_u64() {
-        return u
-            .checked_mul(1_000_000)
-            .ok_or_else(|| FormatError(format!("time {u} ms overflows u64 nanoseconds")));
+    let too_big = || FormatError(format!("time {text} ms overflows u64 nanoseconds"));
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let frac = frac.trim_end_matches('0');
+    if int.is_empty()
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+        || frac.len() > 6
+    {
+        return bad(format!(
+            "time {text} must be a non-negative number of ms with at most 6 decimals"
+        ));
     }
-    match n.as_f64() {
-        Some(f) if f.is_finite() && f >= 0.0 => {
-            let micros = (f * 1000.0).round();
-            if micros >= (u64::MAX / 1000) as f64 {
-                return bad(format!("time {f} ms overflows u64 nanoseconds"));
-            }
-            Ok(micros as u64 * 1000)
-        }
-        _ => bad(format!("time {v} must be a non-negative number of ms")),
-    }
+    let ms: u64 = int.parse().map_err(|_| too_big())?;
+    let sub: u64 = format!("{frac:0<6}").parse().unwrap_or(0);
+    ms.checked_mul(1_000_000)
+        .and_then(|ns| ns.checked_add(sub))
+        .ok_or_else(too_big)
 }
 
 fn only_keys(o: &Map<String, Value>, what: &str, allowed: &[&str]) -> Result<(), FormatError> {
@@ -135,8 +142,9 @@ fn opt_u64(v: Option<&Value>, what: &str) -> Result<Option<u64>, FormatError> {
 
 /// Parses one scenario file's text.
 pub fn parse(text: &str) -> Result<Scenario, FormatError> {
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| FormatError(format!("invalid JSON: {e}")))?;
+    let j = json::parse(text.as_bytes(), MAX_SCENARIO_DEPTH)
+        .map_err(|e| FormatError(format!("invalid JSON: {e}")))?;
+    let v = to_value(&j)?;
     let o = v
         .as_object()
         .ok_or_else(|| FormatError("a scenario is a JSON object".into()))?;
@@ -180,6 +188,87 @@ pub fn parse(text: &str) -> Result<Scenario, FormatError> {
         config,
         steps,
     })
+}
+
+/// How deep a scenario file may nest (bodies included).
+const MAX_SCENARIO_DEPTH: usize = 64;
+
+/// The scenario tree as `serde_json` values, every number kept exact (P-9):
+/// an integer that `serde_json` holds exactly and writes back with the same
+/// text stays a number; any other number (`-0`, `1e400`, a decimal time, an
+/// integer below -2^63) becomes a marked string that only [`ms_to_ns`],
+/// [`expected_num`] and [`write_body`] read.
+fn to_value(j: &J<'_>) -> Result<Value, FormatError> {
+    Ok(match j {
+        J::Null => Value::Null,
+        J::Bool(b) => Value::Bool(*b),
+        J::Num(t) => {
+            // Canonical integer text only: `-0`, `1e3`, `1.5` keep their text.
+            let canonical = !t.contains(['.', 'e', 'E']) && *t != "-0";
+            let exact = if canonical {
+                t.parse::<u64>()
+                    .ok()
+                    .map(Value::from)
+                    .or_else(|| t.parse::<i64>().ok().map(Value::from))
+            } else {
+                None
+            };
+            exact.unwrap_or_else(|| Value::String(format!("{NUM_MARK}{t}")))
+        }
+        J::Str(s) if s.starts_with(NUM_MARK) => {
+            return bad("a string starts with a NUL character and '#'");
+        }
+        J::Str(s) => Value::String(s.to_string()),
+        J::Arr(a) => Value::Array(a.iter().map(to_value).collect::<Result<_, _>>()?),
+        J::Obj(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| Ok((k.to_string(), to_value(v)?)))
+                .collect::<Result<_, FormatError>>()?,
+        ),
+        J::Deep => return bad(format!("nested deeper than {MAX_SCENARIO_DEPTH} levels")),
+    })
+}
+
+fn number_text(v: &Value) -> Option<&str> {
+    v.as_str().and_then(|s| s.strip_prefix(NUM_MARK))
+}
+
+/// A body object as bytes, numbers with their exact text from the file.
+fn write_body(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::String(_) if number_text(v).is_some() => {
+            out.extend_from_slice(number_text(v).unwrap_or_default().as_bytes());
+        }
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_body(x, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(o) => {
+            out.push(b'{');
+            for (i, (k, x)) in o.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(Value::from(k.as_str()).to_string().as_bytes());
+                out.push(b':');
+                write_body(x, out);
+            }
+            out.push(b'}');
+        }
+        other => out.extend_from_slice(other.to_string().as_bytes()),
+    }
+}
+
+fn body_bytes(v: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_body(v, &mut out);
+    out
 }
 
 fn parse_step(v: &Value) -> Result<Step, FormatError> {
@@ -262,9 +351,7 @@ fn parse_adopt(v: &Value) -> Result<Adopt, FormatError> {
     };
     let request = match o.get("request") {
         None => None,
-        Some(r @ Value::Object(_)) => {
-            Some(serde_json::to_vec(r).expect("a JSON value always serializes"))
-        }
+        Some(r @ Value::Object(_)) => Some(body_bytes(r)),
         Some(_) => return bad("adopt.request must be an object"),
     };
     let outcome = match (o.get("recv"), o.get("fail")) {
@@ -329,9 +416,7 @@ fn parse_recv(v: &Value) -> Result<Response, FormatError> {
     }
     match (o.get("body"), o.get("raw")) {
         (Some(_), Some(_)) => return bad("recv has both body and raw"),
-        (Some(b), None) => {
-            response.body = serde_json::to_vec(b).expect("a JSON value always serializes")
-        }
+        (Some(b), None) => response.body = body_bytes(b),
         (None, Some(Value::String(r))) => response.body = r.clone().into_bytes(),
         (None, Some(_)) => return bad("recv.raw must be a string"),
         (None, None) => {}
@@ -397,6 +482,13 @@ fn expected_num(v: &Value) -> Result<Num, FormatError> {
                 bad(format!("{v} is not an exact integer"))
             }
         }
+        Value::String(_) if number_text(v).is_some() => {
+            let t = number_text(v).unwrap_or_default();
+            match t.parse::<i128>() {
+                Ok(i) => Ok(Num::Int(i)),
+                _ => bad(format!("{t} is not an integer")),
+            }
+        }
         _ => bad(format!("{v} must be an integer, \"inf\" or \"-inf\"")),
     }
 }
@@ -427,8 +519,12 @@ impl fmt::Display for Mismatch {
 /// What a replay produced.
 #[derive(Clone, Debug, Default)]
 pub struct Replay {
-    /// Every decision as an emitted-decision JSON object (with `id` and `step`).
+    /// Every decision as an emitted-decision JSON object (with `id` and
+    /// `step`); see [`Decision::to_json`] for the numbers it cannot hold.
     pub decisions: Vec<Map<String, Value>>,
+    /// Every decision as one JSON line (with `id` and `step`), every number
+    /// exact (P-9): what `leasebeat replay --emit` prints.
+    pub lines: Vec<String>,
     /// The first mismatch, if any (the replay stops there).
     pub mismatch: Option<Mismatch>,
 }
@@ -543,6 +639,8 @@ fn run(s: &Scenario, check: bool, out: &mut Replay) -> Result<(), Mismatch> {
         let mut emitted = Map::new();
         emitted.insert("id".into(), Value::from(s.id.clone()));
         emitted.insert("step".into(), Value::from(i));
+        let mut marked = emitted.clone();
+        marked.extend(decision.to_json_marked());
         emitted.extend(decision.to_json());
         // The harness's own check of S-4: what the key claim means in bytes.
         if let (Some(attempt), Some(claim)) = (hb.attempt(), decision.key) {
@@ -563,6 +661,7 @@ fn run(s: &Scenario, check: bool, out: &mut Replay) -> Result<(), Mismatch> {
             }
         }
         out.decisions.push(emitted.clone());
+        out.lines.push(write_exact(&marked));
         if let Some(expect) = step.expect.as_ref().filter(|_| check) {
             compare(i, expect, &decision, &emitted)?;
         }

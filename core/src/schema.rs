@@ -1,139 +1,95 @@
 //! Strict response parsing and the schema checks of the protocol's success
-//! bodies (HB-18, D-1, P-1).
+//! bodies (HB-18, D-1, P-1, P-7, P-8).
 //!
-//! Bodies are parsed by serde_json into a [`Value`] through a visitor that
-//! rejects duplicated member names at any depth (P-1: `serde_json::Value`
-//! alone silently keeps the last one). The checks then follow the protocol
-//! file: `additionalProperties: false` everywhere it says so, no nulls,
-//! integers only as JSON integer literals, `format: int64` ranges enforced.
+//! Bodies are read by [`crate::json`] (numbers kept as their literal text,
+//! duplicated member names rejected, no recursion limit). The checks then
+//! follow the protocol file: `additionalProperties: false` everywhere it says
+//! so, no nulls, integers only as JSON integer literals of any size, `format:
+//! int64` ranges enforced. Cross-field rules the protocol leaves to clients (a
+//! balance mixing units) are not schema rules (P-8).
 
-use std::collections::HashSet;
-use std::fmt;
+use std::borrow::Cow;
 
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Number, Value};
+use crate::json::{self, J};
 
-/// Parses JSON text, rejecting duplicated member names anywhere in it.
-pub fn parse_strict(bytes: &[u8]) -> Result<Value, String> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = StrictValue
-        .deserialize(&mut de)
-        .map_err(|e| e.to_string())?;
-    de.end().map_err(|e| e.to_string())?;
-    Ok(value)
-}
-
-struct StrictValue;
-
-impl<'de> DeserializeSeed<'de> for StrictValue {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(StrictVisitor)
-    }
-}
-
-struct StrictVisitor;
-
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| E::custom("non-finite number"))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(v) = seq.next_element_seed(StrictValue)? {
-            out.push(v);
-        }
-        Ok(Value::Array(out))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        let mut seen = HashSet::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if !seen.insert(key.clone()) {
-                return Err(de::Error::custom(format!("duplicated member name {key:?}")));
-            }
-            let v = map.next_value_seed(StrictValue)?;
-            out.insert(key, v);
-        }
-        Ok(Value::Object(out))
-    }
-}
+/// How deep a success body is built: the deepest schema position is
+/// `balances[i].remaining.amount` (depth 4); anything deeper is invalid.
+const SUCCESS_DEPTH: usize = 6;
 
 /// A reason a body is not schema-valid.
 pub type Invalid = String;
 
-type Obj = Map<String, Value>;
+type Obj<'a> = [(Cow<'a, str>, J<'a>)];
 
-fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Obj, Invalid> {
-    v.as_object()
-        .ok_or_else(|| format!("{what} is not a JSON object"))
+fn object<'v, 'a>(v: &'v J<'a>, what: &str) -> Result<&'v Obj<'a>, Invalid> {
+    match v {
+        J::Obj(o) => Ok(o),
+        _ => Err(format!("{what} is not a JSON object")),
+    }
+}
+
+fn get<'v, 'a>(o: &'v Obj<'a>, name: &str) -> Option<&'v J<'a>> {
+    o.iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
 fn only_known(o: &Obj, what: &str, known: &[&str]) -> Result<(), Invalid> {
     for (k, v) in o {
-        if !known.contains(&k.as_str()) {
+        if !known.contains(&k.as_ref()) {
             return Err(format!("{what} has an unknown property {k:?}"));
         }
-        if v.is_null() {
+        if *v == J::Null {
             return Err(format!("{what}.{k} is null"));
         }
     }
     Ok(())
 }
 
-fn required<'a>(o: &'a Obj, what: &str, name: &str) -> Result<&'a Value, Invalid> {
-    o.get(name)
-        .ok_or_else(|| format!("{what} lacks required {name:?}"))
+fn required<'v, 'a>(o: &'v Obj<'a>, what: &str, name: &str) -> Result<&'v J<'a>, Invalid> {
+    get(o, name).ok_or_else(|| format!("{what} lacks required {name:?}"))
 }
 
-/// An integer literal in `min..=max` (P-1); `60000.0` and `6e4` are not integers.
-fn int_in(v: &Value, what: &str, min: i128, max: i128) -> Result<i128, Invalid> {
-    let n = match v {
-        Value::Number(n) => n,
+/// An integer literal (P-1, P-7) no lower than `min` and, when given, no
+/// higher than `max`; `60000.0` and `6e4` are not integers, `-0` is 0, and an
+/// integer of any size is an integer. Values outside `i128` saturate (they
+/// are then outside every bound a caller gives).
+fn int_in(v: &J<'_>, what: &str, min: i128, max: Option<i128>) -> Result<i128, Invalid> {
+    let t = match v {
+        J::Num(t) => *t,
         _ => return Err(format!("{what} is not a number")),
     };
-    let i = if let Some(u) = n.as_u64() {
-        i128::from(u)
-    } else if let Some(i) = n.as_i64() {
-        i128::from(i)
-    } else {
+    if t.contains(['.', 'e', 'E']) {
         return Err(format!("{what} is not an integer literal"));
+    }
+    let (neg, digits) = match t.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, t),
     };
-    if i < min || i > max {
-        return Err(format!("{what} = {i} is outside {min}..={max}"));
+    let i = match digits.parse::<i128>() {
+        Ok(m) if neg => -m,
+        Ok(m) => m,
+        Err(_) if neg => i128::MIN,
+        Err(_) => i128::MAX,
+    };
+    if i < min || max.is_some_and(|m| i > m) {
+        let shown = json::cut(t, 40);
+        let shown = if shown.1 {
+            format!("{}...", shown.0)
+        } else {
+            shown.0
+        };
+        let range = match max {
+            Some(m) => format!("{min}..={m}"),
+            None => format!(">= {min}"),
+        };
+        return Err(format!("{what} = {shown} is outside {range}"));
     }
     Ok(i)
 }
 
-const I64_MAX: i128 = i64::MAX as i128;
+const I64_MAX: Option<i128> = Some(i64::MAX as i128);
 const I64_MIN: i128 = i64::MIN as i128;
 
-fn string<'a>(v: &'a Value, what: &str) -> Result<&'a str, Invalid> {
+fn string<'v>(v: &'v J<'_>, what: &str) -> Result<&'v str, Invalid> {
     v.as_str().ok_or_else(|| format!("{what} is not a string"))
 }
 
@@ -152,18 +108,23 @@ fn one_of(s: &str, what: &str, allowed: &[&str]) -> Result<(), Invalid> {
     }
 }
 
-fn boolean(v: &Value, what: &str) -> Result<(), Invalid> {
-    if v.is_boolean() {
+fn boolean(v: &J<'_>, what: &str) -> Result<(), Invalid> {
+    if let J::Bool(_) = v {
         Ok(())
     } else {
         Err(format!("{what} is not a boolean"))
     }
 }
 
-fn string_array(v: &Value, what: &str, max_item_len: Option<usize>) -> Result<(), Invalid> {
-    let items = v
-        .as_array()
-        .ok_or_else(|| format!("{what} is not an array"))?;
+fn array<'v, 'a>(v: &'v J<'a>, what: &str) -> Result<&'v [J<'a>], Invalid> {
+    match v {
+        J::Arr(a) => Ok(a),
+        _ => Err(format!("{what} is not an array")),
+    }
+}
+
+fn string_array(v: &J<'_>, what: &str, max_item_len: Option<usize>) -> Result<(), Invalid> {
+    let items = array(v, what)?;
     for (i, item) in items.iter().enumerate() {
         let s = string(item, &format!("{what}[{i}]"))?;
         if let Some(m) = max_item_len {
@@ -175,7 +136,7 @@ fn string_array(v: &Value, what: &str, max_item_len: Option<usize>) -> Result<()
 
 const UNITS: &[&str] = &["USD_MICROCENTS", "TOKENS", "CREDITS", "RISK_POINTS"];
 
-fn amount(v: &Value, what: &str, signed: bool) -> Result<String, Invalid> {
+fn amount(v: &J<'_>, what: &str, signed: bool) -> Result<(), Invalid> {
     let o = object(v, what)?;
     only_known(o, what, &["unit", "amount"])?;
     let unit = string(required(o, what, "unit")?, &format!("{what}.unit"))?;
@@ -187,10 +148,10 @@ fn amount(v: &Value, what: &str, signed: bool) -> Result<String, Invalid> {
         min,
         I64_MAX,
     )?;
-    Ok(unit.to_owned())
+    Ok(())
 }
 
-fn balance(v: &Value, what: &str) -> Result<(), Invalid> {
+fn balance(v: &J<'_>, what: &str) -> Result<(), Invalid> {
     let o = object(v, what)?;
     only_known(
         o,
@@ -212,36 +173,32 @@ fn balance(v: &Value, what: &str) -> Result<(), Invalid> {
         required(o, what, "scope_path")?,
         &format!("{what}.scope_path"),
     )?;
-    let unit = amount(
+    amount(
         required(o, what, "remaining")?,
         &format!("{what}.remaining"),
         true,
     )?;
+    // P-8: units may differ between amounts; that is not a schema rule.
     for name in ["reserved", "spent", "debt", "allocated", "overdraft_limit"] {
-        if let Some(a) = o.get(name) {
-            let u = amount(a, &format!("{what}.{name}"), false)?;
-            if u != unit {
-                return Err(format!("{what} mixes units ({unit} and {u})"));
-            }
+        if let Some(a) = get(o, name) {
+            amount(a, &format!("{what}.{name}"), false)?;
         }
     }
-    if let Some(b) = o.get("is_over_limit") {
+    if let Some(b) = get(o, "is_over_limit") {
         boolean(b, &format!("{what}.is_over_limit"))?;
     }
     Ok(())
 }
 
-fn balances(v: &Value, what: &str) -> Result<(), Invalid> {
-    let items = v
-        .as_array()
-        .ok_or_else(|| format!("{what} is not an array"))?;
+fn balances(v: &J<'_>, what: &str) -> Result<(), Invalid> {
+    let items = array(v, what)?;
     for (i, b) in items.iter().enumerate() {
         balance(b, &format!("{what}[{i}]"))?;
     }
     Ok(())
 }
 
-fn caps(v: &Value, what: &str) -> Result<(), Invalid> {
+fn caps(v: &J<'_>, what: &str) -> Result<(), Invalid> {
     let o = object(v, what)?;
     only_known(
         o,
@@ -255,20 +212,20 @@ fn caps(v: &Value, what: &str) -> Result<(), Invalid> {
         ],
     )?;
     for name in ["max_tokens", "max_steps_remaining", "cooldown_ms"] {
-        if let Some(n) = o.get(name) {
-            // No int64 format here: any non-negative integer literal JSON can hold.
-            int_in(n, &format!("{what}.{name}"), 0, i128::from(u64::MAX))?;
+        if let Some(n) = get(o, name) {
+            // No `format` here: a non-negative integer literal of any size (P-7).
+            int_in(n, &format!("{what}.{name}"), 0, None)?;
         }
     }
     for name in ["tool_allowlist", "tool_denylist"] {
-        if let Some(a) = o.get(name) {
+        if let Some(a) = get(o, name) {
             string_array(a, &format!("{what}.{name}"), Some(256))?;
         }
     }
     Ok(())
 }
 
-fn evidence_ref(v: &Value, what: &str) -> Result<(), Invalid> {
+fn evidence_ref(v: &J<'_>, what: &str) -> Result<(), Invalid> {
     let o = object(v, what)?;
     only_known(o, what, &["evidence_id", "cycles_evidence_url"])?;
     let id = string(
@@ -302,7 +259,7 @@ pub struct CreateBody {
 
 /// Checks a body against `ReservationCreateResponse`.
 pub fn create_response(body: &[u8]) -> Result<CreateBody, Invalid> {
-    let v = parse_strict(body).map_err(|e| format!("body is not valid JSON: {e}"))?;
+    let v = json::parse(body, SUCCESS_DEPTH).map_err(|e| format!("body is not valid JSON: {e}"))?;
     let what = "ReservationCreateResponse";
     let o = object(&v, what)?;
     only_known(
@@ -330,39 +287,37 @@ pub fn create_response(body: &[u8]) -> Result<CreateBody, Invalid> {
         "affected_scopes",
         None,
     )?;
-    let reservation_id = match o.get("reservation_id") {
+    let reservation_id = match get(o, "reservation_id") {
         Some(r) => Some(string(r, "reservation_id")?.to_owned()),
         None => None,
     };
-    if let Some(r) = o.get("reserved") {
+    if let Some(r) = get(o, "reserved") {
         amount(r, "reserved", false)?;
     }
-    let expires_at_ms = o
-        .get("expires_at_ms")
+    let expires_at_ms = get(o, "expires_at_ms")
         .map(|e| int_in(e, "expires_at_ms", 0, I64_MAX))
         .transpose()?
         .map(|e| e as u64);
-    let remaining_ttl_ms = o
-        .get("remaining_ttl_ms")
+    let remaining_ttl_ms = get(o, "remaining_ttl_ms")
         .map(|e| int_in(e, "remaining_ttl_ms", 0, I64_MAX))
         .transpose()?
         .map(|e| e as u64);
-    if let Some(s) = o.get("scope_path") {
+    if let Some(s) = get(o, "scope_path") {
         string(s, "scope_path")?;
     }
-    if let Some(c) = o.get("caps") {
+    if let Some(c) = get(o, "caps") {
         caps(c, "caps")?;
     }
-    if let Some(b) = o.get("balances") {
+    if let Some(b) = get(o, "balances") {
         balances(b, "balances")?;
     }
-    if let Some(r) = o.get("reason_code") {
+    if let Some(r) = get(o, "reason_code") {
         max_len(string(r, "reason_code")?, "reason_code", 128)?;
     }
-    if let Some(r) = o.get("retry_after_ms") {
-        int_in(r, "retry_after_ms", 0, i128::from(u64::MAX))?;
+    if let Some(r) = get(o, "retry_after_ms") {
+        int_in(r, "retry_after_ms", 0, None)?;
     }
-    if let Some(e) = o.get("cycles_evidence") {
+    if let Some(e) = get(o, "cycles_evidence") {
         evidence_ref(e, "cycles_evidence")?;
     }
     Ok(CreateBody {
@@ -386,7 +341,7 @@ pub struct ExtendBody {
 /// integer `expires_at_ms` in int64 range, optional integer `remaining_ttl_ms`,
 /// optional `balances`, nothing else, no nulls.
 pub fn extend_response(body: &[u8]) -> Result<ExtendBody, Invalid> {
-    let v = parse_strict(body).map_err(|e| format!("body is not valid JSON: {e}"))?;
+    let v = json::parse(body, SUCCESS_DEPTH).map_err(|e| format!("body is not valid JSON: {e}"))?;
     let what = "ReservationExtendResponse";
     let o = object(&v, what)?;
     only_known(
@@ -402,12 +357,11 @@ pub fn extend_response(body: &[u8]) -> Result<ExtendBody, Invalid> {
         0,
         I64_MAX,
     )? as u64;
-    let remaining_ttl_ms = o
-        .get("remaining_ttl_ms")
+    let remaining_ttl_ms = get(o, "remaining_ttl_ms")
         .map(|e| int_in(e, "remaining_ttl_ms", 0, I64_MAX))
         .transpose()?
         .map(|e| e as u64);
-    if let Some(b) = o.get("balances") {
+    if let Some(b) = get(o, "balances") {
         balances(b, "balances")?;
     }
     Ok(ExtendBody {
@@ -416,11 +370,15 @@ pub fn extend_response(body: &[u8]) -> Result<ExtendBody, Invalid> {
     })
 }
 
-/// The string `error` member of a JSON-object body, if there is one (P-3).
+/// The string `error` member of a JSON-object body, if there is one (P-3,
+/// P-7). Only the top-level `error` member is read into memory; the rest of
+/// the body is validated as JSON text and skipped, whatever it holds (deep
+/// `details`, huge numbers, duplicated names below the top level). A second
+/// top-level `error` member makes the body unusable. A code longer than
+/// 256 bytes is cut and ends with `...` (it cannot be a permanent code).
 pub fn error_code(body: &[u8]) -> Option<String> {
-    // Duplicates make the body unusable as an error body too.
-    let v = parse_strict(body).ok()?;
-    v.as_object()?.get("error")?.as_str().map(str::to_owned)
+    let (code, was_cut) = json::top_level_error(body)?;
+    Some(if was_cut { format!("{code}...") } else { code })
 }
 
 #[cfg(test)]
@@ -447,16 +405,40 @@ mod tests {
             br#"[]"#,
             br#""#,
             br#"{"status":"ACTIVE","expires_at_ms":5} x"#,
-            br#"{"status":"ACTIVE","expires_at_ms":5,"balances":[{"scope":"a","scope_path":"a","remaining":{"unit":"TOKENS","amount":1},"spent":{"unit":"CREDITS","amount":1}}]}"#,
+            br#"{"status":"ACTIVE","expires_at_ms":-0.0}"#,
+            br#"{"status":"ACTIVE","expires_at_ms":1e400}"#,
+            br#"{"status":"ACTIVE","expires_at_ms":"\ud800"}"#,
+            b"{\"status\":\"ACTIVE\",\"expires_at_ms\":5,\"x\":\"\xff\"}",
         ] {
-            assert!(extend_response(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(
+                extend_response(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
     #[test]
-    fn nested_duplicates_are_rejected() {
-        assert!(parse_strict(br#"{"a":{"b":1,"b":2}}"#).is_err());
-        assert!(parse_strict(br#"[{"b":1},{"b":2}]"#).is_ok());
+    fn p7_p8_valid_bodies() {
+        let b = extend_response(br#"{"status":"ACTIVE","expires_at_ms":5,"remaining_ttl_ms":-0}"#);
+        assert_eq!(b.unwrap().remaining_ttl_ms, Some(0));
+        // P-8: mixed units are not a schema rule.
+        assert!(extend_response(br#"{"status":"ACTIVE","expires_at_ms":5,"balances":[{"scope":"a","scope_path":"a","remaining":{"unit":"TOKENS","amount":1},"spent":{"unit":"CREDITS","amount":1}}]}"#).is_ok());
+        // P-7: no format, any size.
+        let c = create_response(
+            br#"{"decision":"ALLOW","reservation_id":"r","affected_scopes":[],"expires_at_ms":5,"caps":{"max_tokens":18446744073709551616000000000000000000000000},"retry_after_ms":99999999999999999999999999999999999999999999999}"#,
+        );
+        assert!(c.is_ok(), "{c:?}");
+        assert!(
+            create_response(
+                br#"{"decision":"ALLOW","affected_scopes":[],"caps":{"max_tokens":-1}}"#
+            )
+            .is_err()
+        );
+        assert!(
+            create_response(br#"{"decision":"ALLOW","affected_scopes":[],"caps":{"max_tokens":-99999999999999999999999999999999999999999}}"#)
+                .is_err()
+        );
     }
 
     #[test]

@@ -370,3 +370,66 @@ fn bad_adoptions_are_refused() {
         ErrorKind::InvalidConfig
     );
 }
+
+#[test]
+fn a_huge_error_code_is_cut_in_the_detail() {
+    let (mut hb, id) = started();
+    hb.handle_sent(id, 40_000 * MS).unwrap();
+    let code = "X".repeat(5_000_000);
+    let body = format!(
+        r#"{{"error":"{code}","details":{}1{}}}"#,
+        "[".repeat(1000),
+        "]".repeat(1000)
+    );
+    let d = hb
+        .handle_response(id, Response::new(400).body(body), 41_000 * MS)
+        .unwrap();
+    assert_eq!(d.stop_reason(), Some(StopReason::Rejected));
+    let detail = d.detail.unwrap();
+    assert!(
+        detail.len() <= leasebeat::MAX_DETAIL_BYTES,
+        "{}",
+        detail.len()
+    );
+    // The code itself is cut at 256 bytes and says so.
+    assert!(detail.contains("X...)"), "{detail}");
+}
+
+#[test]
+fn keys_unique_by_construction_are_not_remembered() {
+    // A long lease with sequential keys: the used-key set stays empty.
+    let (mut hb, mut id) = started();
+    let mut t = 40_000u64;
+    for _ in 0..500 {
+        hb.handle_sent(id, t * MS).unwrap();
+        let ok = format!(r#"{{"status":"ACTIVE","expires_at_ms":{t},"remaining_ttl_ms":60000}}"#);
+        hb.handle_response(id, Response::new(200).body(ok), t * MS)
+            .unwrap();
+        id = hb.attempt().unwrap().id;
+        t += 40_000;
+    }
+    assert!(format!("{hb:?}").contains("used_keys: 0"), "{hb:?}");
+    // An adopted key is remembered, and a source repeating it is refused.
+    let create = AdoptedCreate {
+        key: "k2".into(),
+        body: None,
+        sent_ns: Some(0),
+        received_ns: MS,
+        outcome: CreateOutcome::Response(create_ok(60_000)),
+    };
+    let r = Heartbeat::adopt_create_with_key_source(
+        Config::new(60_000, Some(10_000)),
+        create,
+        Box::new(SequentialKeys::new("k")),
+    );
+    // The source's first key "k1" is fresh; its next, "k2", repeats the adopted one.
+    let (mut hb, _) = r.unwrap();
+    let id = hb.attempt().unwrap().id;
+    assert_eq!(hb.attempt().unwrap().key, "k1");
+    hb.handle_sent(id, 45_000 * MS).unwrap();
+    let ok = r#"{"status":"ACTIVE","expires_at_ms":2000,"remaining_ttl_ms":60000}"#;
+    let e = hb
+        .handle_response(id, Response::new(200).body(ok), 45_000 * MS)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidKey);
+}

@@ -2,7 +2,11 @@
 //! under random regimes, round trips, failures, 429s, lost responses, late
 //! timers and stalled clocks; and the state machine under arbitrary input.
 //!
-//! Invariants (heartbeat.md, "Safety invariants"):
+//! Invariants (heartbeat.md, "Safety invariants"), the S-1/S-2 bounds
+//! recomputed from the configuration and the harness's own round trips and
+//! checked against the simulated server's true expiry (never from the numbers
+//! the core reports about itself); D-14 late and duplicate outcomes; every
+//! due time at or after its deciding event; HB-16 request bodies:
 //! * S-1 a primary beat with next_delay > 0 is due at least retry_reserve
 //!   before the true expiry;
 //! * S-2 a primary retry is due at least attempt_budget + safety_margin
@@ -56,6 +60,10 @@ struct Turn {
     stall: bool,
     /// The round trip of this attempt is unknown.
     timing_unknown: bool,
+    /// D-14: after the decision, report an outcome again for the attempt
+    /// just decided (0: no, 1: a late duplicate response, 2: a late
+    /// failure); it must be refused and change nothing.
+    duplicate: u8,
 }
 
 #[derive(Clone, Debug)]
@@ -90,15 +98,19 @@ fn turn() -> impl Strategy<Value = Turn> {
         prop_oneof![3 => Just(0u64), 1 => 0u64..50_000],
         prop::bool::weighted(0.05),
         prop::bool::weighted(0.03),
+        prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
     )
         .prop_map(
-            |(fate, rtt_permille, measure_permille, late_us, stall, timing_unknown)| Turn {
-                fate,
-                rtt_permille,
-                measure_permille,
-                late_us,
-                stall,
-                timing_unknown,
+            |(fate, rtt_permille, measure_permille, late_us, stall, timing_unknown, duplicate)| {
+                Turn {
+                    fate,
+                    rtt_permille,
+                    measure_permille,
+                    late_us,
+                    stall,
+                    timing_unknown,
+                    duplicate,
+                }
             },
         )
 }
@@ -158,6 +170,12 @@ fn create_request() -> serde_json::Map<String, serde_json::Value> {
 struct Checker {
     used_keys: HashSet<String>,
     zero_streak: u32,
+    /// The harness's own max_rtt (D-3: rounded-up ms of schema-valid
+    /// successes with a known round trip), to recompute the bounds of S-1 and
+    /// S-2 without the numbers the core reports about itself.
+    max_rtt_ms: u64,
+    /// The configured timeout (None: unbounded).
+    timeout_ms: Option<u64>,
     last: Option<(String, Vec<u8>)>,
 }
 
@@ -224,11 +242,17 @@ fn check_decision(
     };
     let expiry = true_expiry_ns(server, id, offset_ms);
     let Some(at) = d.at_ns else { return Ok(()) };
+    // The bounds recomputed from the configuration and the harness's own
+    // max_rtt (heartbeat.md, "Formulas"), saturating at +infinity.
+    let two_rtt = c.max_rtt_ms.saturating_mul(2);
+    let own_budget = c.timeout_ms.map_or(u64::MAX, |t| t.max(1000).max(two_rtt));
+    let own_margin = two_rtt.max(1000);
+    let own_reserve = own_budget.saturating_mul(2).saturating_add(own_margin);
     match d.key {
         Some(KeyUse::New) => {
             let delay = num(d.numbers.next_delay);
             if delay > 0 {
-                let reserve = num(d.numbers.retry_reserve);
+                let reserve = own_reserve;
                 // S-1
                 prop_assert!(
                     at.saturating_add(reserve.saturating_mul(NS)) <= expiry,
@@ -237,8 +261,8 @@ fn check_decision(
             }
         }
         Some(KeyUse::Same) => {
-            let budget = num(d.numbers.attempt_budget);
-            let margin = num(d.numbers.safety_margin);
+            let budget = own_budget;
+            let margin = own_margin;
             // S-2
             prop_assert!(
                 at.saturating_add(budget.saturating_add(margin).saturating_mul(NS)) <= expiry,
@@ -271,6 +295,8 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
     let mut checker = Checker {
         used_keys: HashSet::new(),
         zero_streak: 0,
+        max_rtt_ms: 0,
+        timeout_ms: case.timeout_ms,
         last: None,
     };
     // The caller's clock starts one second in.
@@ -295,6 +321,17 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
             break;
         }
         hb.handle_sent(attempt.id, send_at).expect("send accepted");
+        // HB-16: an extension asks for the configured ttl, and the body's key
+        // is the attempt's key (the Idempotency-Key header's value).
+        let sent_body: serde_json::Value =
+            serde_json::from_slice(&attempt.body).expect("the core sends JSON");
+        prop_assert_eq!(
+            sent_body["idempotency_key"].as_str(),
+            Some(attempt.key.as_str())
+        );
+        if attempt.kind == AttemptKind::Extend {
+            prop_assert_eq!(sent_body["extend_by_ms"].as_u64(), Some(case.ttl_ms));
+        }
         checker.used_keys.insert(attempt.key.clone());
         checker.last = Some((attempt.key.clone(), attempt.body.clone()));
         let rtt_ns = budget_ms * NS * turn.rtt_permille / 1000;
@@ -351,8 +388,36 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
             }
         }
         .expect("outcome accepted");
-        now = hb.last_event_ns();
+        let deciding = hb.last_event_ns();
+        // The deciding event is the outcome's observation: nothing is due before it.
+        if let (Next::Send(_), Some(at)) = (decision.next, decision.at_ns) {
+            prop_assert!(
+                at >= deciding,
+                "due {at} before the deciding event {deciding}"
+            );
+        }
+        now = deciding;
+        if decision.outcome == leasebeat::OutcomeClass::Success && !turn.timing_unknown {
+            let rtt_ms = (deciding - send_at).div_ceil(NS);
+            checker.max_rtt_ms = checker.max_rtt_ms.max(rtt_ms);
+        }
         check_decision(&mut checker, &decision, &hb, &server, case.offset_ms)?;
+        if turn.duplicate != 0 {
+            // D-14: a late or duplicate outcome for the attempt just decided.
+            let before = format!("{hb:?}");
+            let late = now.saturating_add(NS);
+            let r = if turn.duplicate == 1 {
+                hb.handle_response(attempt.id, Response::new(200).body(&b"{}"[..]), late)
+            } else {
+                hb.handle_failure(attempt.id, TransportFailure::Reset, late)
+            };
+            prop_assert!(
+                r.is_err(),
+                "a late outcome for attempt {} was accepted",
+                attempt.id
+            );
+            prop_assert_eq!(format!("{hb:?}"), before);
+        }
         if decision.stop_reason().is_some() {
             // S-4: a stop is final.
             prop_assert_eq!(

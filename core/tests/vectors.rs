@@ -66,3 +66,24 @@ fn every_stop_reason_has_a_vector() {
         );
     }
 }
+
+/// P-9: `leasebeat replay --emit` lines carry every number exactly, and a
+/// scenario whose expectations are those exact numbers replays.
+#[test]
+fn emitted_numbers_are_exact_both_ways() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
+    let text = std::fs::read_to_string(root.join("overflow-retry-window-below-i64.json"))
+        .expect("readable vector");
+    let s = scenario::parse(&text).expect("valid vector");
+    let r = scenario::replay(&s);
+    assert_eq!(r.mismatch, None);
+    let last = r.lines.last().expect("decisions");
+    assert!(
+        last.contains(r#""retry_window":-9999999999999941300"#),
+        "{last}"
+    );
+    // The emitted numbers read back as an expectation, exactly.
+    let edited = text.replace("-9999999999999941300", "-9999999999999941301");
+    let r = scenario::replay(&scenario::parse(&edited).expect("valid vector"));
+    assert!(r.mismatch.is_some(), "a one-off window must not match");
+}

@@ -1,0 +1,551 @@
+//! A strict JSON reader for response bodies (P-1, P-7).
+//!
+//! Why not `serde_json` here: the protocol needs the literal text of numbers
+//! (`-0` is the integer 0, an integer of any size is an integer, `1e400` is a
+//! number) and must never let nesting depth change a classification, while
+//! `serde_json` keeps numbers as `u64`/`i64`/`f64` (its `arbitrary_precision`
+//! feature would change every downstream user's `serde_json` through feature
+//! unification) and stops at a recursion limit of 128.
+//!
+//! The reader is a single pass over the bytes, linear in time; the only
+//! recursion is bounded by the caller's `max_depth` (a small constant), and
+//! containers nested deeper are validated iteratively with one bit of memory
+//! per level and kept as [`J::Deep`], which no schema position accepts.
+//!
+//! JSON text is RFC 8259: UTF-8, no lone surrogate in a `\u` escape, nothing
+//! but whitespace after the value. A duplicated member name in any object the
+//! reader builds makes the text invalid (P-1).
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+/// A JSON value, numbers kept as their literal text.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum J<'a> {
+    Null,
+    Bool(bool),
+    /// The number's literal text, e.g. `-0`, `1e400`, `18446744073709551616`.
+    Num(&'a str),
+    Str(Cow<'a, str>),
+    Arr(Vec<J<'a>>),
+    Obj(Vec<(Cow<'a, str>, J<'a>)>),
+    /// A container nested deeper than the reader was asked to build: it is
+    /// valid JSON text, but no schema position accepts it.
+    Deep,
+}
+
+impl<'a> J<'a> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
+        match self {
+            J::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Why a text is not JSON (or has a duplicated member).
+pub(crate) type ParseError = String;
+
+struct Reader<'a> {
+    s: &'a str,
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Result<Reader<'a>, ParseError> {
+        let s = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+        Ok(Reader { s, b: bytes, i: 0 })
+    }
+
+    fn err<T>(&self, what: &str) -> Result<T, ParseError> {
+        Err(format!("{what} at byte {}", self.i))
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.b.get(self.i).copied()
+    }
+
+    fn expect(&mut self, c: u8) -> Result<(), ParseError> {
+        if self.peek() == Some(c) {
+            self.i += 1;
+            Ok(())
+        } else {
+            self.err(&format!("expected {:?}", c as char))
+        }
+    }
+
+    fn end(&mut self) -> Result<(), ParseError> {
+        if self.peek().is_some() {
+            return self.err("trailing characters");
+        }
+        Ok(())
+    }
+
+    fn literal(&mut self, word: &str) -> Result<(), ParseError> {
+        if self.b[self.i..].starts_with(word.as_bytes()) {
+            self.i += word.len();
+            Ok(())
+        } else {
+            self.err("invalid literal")
+        }
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.i;
+        while let Some(b'0'..=b'9') = self.b.get(self.i) {
+            self.i += 1;
+        }
+        self.i - start
+    }
+
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+    fn number(&mut self) -> Result<&'a str, ParseError> {
+        let start = self.i;
+        if self.b.get(self.i) == Some(&b'-') {
+            self.i += 1;
+        }
+        match self.b.get(self.i) {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => {
+                self.digits();
+            }
+            _ => return self.err("invalid number"),
+        }
+        if self.b.get(self.i) == Some(&b'.') {
+            self.i += 1;
+            if self.digits() == 0 {
+                return self.err("invalid number");
+            }
+        }
+        if let Some(b'e' | b'E') = self.b.get(self.i) {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.b.get(self.i) {
+                self.i += 1;
+            }
+            if self.digits() == 0 {
+                return self.err("invalid number");
+            }
+        }
+        Ok(&self.s[start..self.i])
+    }
+
+    fn hex4(&mut self) -> Result<u32, ParseError> {
+        let h = self
+            .b
+            .get(self.i..self.i + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+            .and_then(|h| u32::from_str_radix(h, 16).ok());
+        match h {
+            Some(v) => {
+                self.i += 4;
+                Ok(v)
+            }
+            None => self.err("invalid \\u escape"),
+        }
+    }
+
+    /// A string (the opening quote not yet consumed). With `keep`, its
+    /// decoded value (borrowed when it has no escape); else `None`, with
+    /// the same validation and no allocation.
+    fn string(&mut self, keep: bool) -> Result<Option<Cow<'a, str>>, ParseError> {
+        self.expect(b'"')?;
+        let start = self.i;
+        let mut out: Option<String> = None;
+        let mut run = start;
+        loop {
+            let Some(&c) = self.b.get(self.i) else {
+                return self.err("unterminated string");
+            };
+            match c {
+                b'"' => {
+                    let tail = &self.s[run..self.i];
+                    self.i += 1;
+                    if !keep {
+                        return Ok(None);
+                    }
+                    return Ok(Some(match out {
+                        None => Cow::Borrowed(tail),
+                        Some(mut o) => {
+                            o.push_str(tail);
+                            Cow::Owned(o)
+                        }
+                    }));
+                }
+                0..=0x1f => return self.err("control character in string"),
+                b'\\' => {
+                    let before = &self.s[run..self.i];
+                    self.i += 1;
+                    let ch = match self.b.get(self.i) {
+                        Some(b'"') => '"',
+                        Some(b'\\') => '\\',
+                        Some(b'/') => '/',
+                        Some(b'b') => '\u{8}',
+                        Some(b'f') => '\u{c}',
+                        Some(b'n') => '\n',
+                        Some(b'r') => '\r',
+                        Some(b't') => '\t',
+                        Some(b'u') => {
+                            self.i += 1;
+                            let hi = self.hex4()?;
+                            self.i -= 1;
+                            let cp = match hi {
+                                0xD800..=0xDBFF => {
+                                    if self.b.get(self.i + 1..self.i + 3) != Some(b"\\u") {
+                                        return self.err("lone surrogate in \\u escape");
+                                    }
+                                    self.i += 3;
+                                    let lo = self.hex4()?;
+                                    self.i -= 1;
+                                    if !(0xDC00..=0xDFFF).contains(&lo) {
+                                        return self.err("lone surrogate in \\u escape");
+                                    }
+                                    0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                                }
+                                0xDC00..=0xDFFF => {
+                                    return self.err("lone surrogate in \\u escape");
+                                }
+                                v => v,
+                            };
+                            char::from_u32(cp).expect("a scalar value by construction")
+                        }
+                        _ => return self.err("invalid escape"),
+                    };
+                    self.i += 1;
+                    if keep {
+                        let o = out.get_or_insert_with(String::new);
+                        o.push_str(before);
+                        o.push(ch);
+                    }
+                    run = self.i;
+                }
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// Validates one value of any depth without building it: iterative, one
+    /// bit per open container (1 = object).
+    fn skip(&mut self) -> Result<(), ParseError> {
+        let mut stack = BitStack::default();
+        loop {
+            // A value is expected here.
+            match self.peek() {
+                Some(b'{') => {
+                    self.i += 1;
+                    if self.peek() == Some(b'}') {
+                        self.i += 1;
+                    } else {
+                        stack.push(true);
+                        self.string(false)?;
+                        self.expect(b':')?;
+                        continue;
+                    }
+                }
+                Some(b'[') => {
+                    self.i += 1;
+                    if self.peek() == Some(b']') {
+                        self.i += 1;
+                    } else {
+                        stack.push(false);
+                        continue;
+                    }
+                }
+                Some(b'"') => {
+                    self.string(false)?;
+                }
+                Some(b't') => self.literal("true")?,
+                Some(b'f') => self.literal("false")?,
+                Some(b'n') => self.literal("null")?,
+                Some(b'-' | b'0'..=b'9') => {
+                    self.number()?;
+                }
+                _ => return self.err("expected a value"),
+            }
+            // A value ended: close containers or move to the next element.
+            loop {
+                let Some(is_obj) = stack.top() else {
+                    return Ok(());
+                };
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        if is_obj {
+                            self.string(false)?;
+                            self.expect(b':')?;
+                        }
+                        break;
+                    }
+                    Some(b'}') if is_obj => {
+                        self.i += 1;
+                        stack.pop();
+                    }
+                    Some(b']') if !is_obj => {
+                        self.i += 1;
+                        stack.pop();
+                    }
+                    _ => return self.err("expected ',' or the container's end"),
+                }
+            }
+        }
+    }
+
+    /// Builds one value, containers down to `depth` levels (0: containers
+    /// are [`J::Deep`]). Recursion is bounded by `depth`.
+    fn value(&mut self, depth: usize) -> Result<J<'a>, ParseError> {
+        match self.peek() {
+            Some(b'{' | b'[') if depth == 0 => {
+                self.skip()?;
+                Ok(J::Deep)
+            }
+            Some(b'{') => {
+                self.i += 1;
+                let mut members = Vec::new();
+                if self.peek() == Some(b'}') {
+                    self.i += 1;
+                    return Ok(J::Obj(members));
+                }
+                loop {
+                    let key = self.string(true)?.expect("kept");
+                    self.expect(b':')?;
+                    let v = self.value(depth - 1)?;
+                    members.push((key, v));
+                    match self.peek() {
+                        Some(b',') => self.i += 1,
+                        Some(b'}') => {
+                            self.i += 1;
+                            break;
+                        }
+                        _ => return self.err("expected ',' or '}'"),
+                    }
+                }
+                let mut seen = HashSet::with_capacity(members.len());
+                for (k, _) in &members {
+                    if !seen.insert(k.as_ref()) {
+                        return Err(format!("duplicated member name {k:?}"));
+                    }
+                }
+                Ok(J::Obj(members))
+            }
+            Some(b'[') => {
+                self.i += 1;
+                let mut items = Vec::new();
+                if self.peek() == Some(b']') {
+                    self.i += 1;
+                    return Ok(J::Arr(items));
+                }
+                loop {
+                    items.push(self.value(depth - 1)?);
+                    match self.peek() {
+                        Some(b',') => self.i += 1,
+                        Some(b']') => {
+                            self.i += 1;
+                            break;
+                        }
+                        _ => return self.err("expected ',' or ']'"),
+                    }
+                }
+                Ok(J::Arr(items))
+            }
+            Some(b'"') => Ok(J::Str(self.string(true)?.expect("kept"))),
+            Some(b't') => self.literal("true").map(|()| J::Bool(true)),
+            Some(b'f') => self.literal("false").map(|()| J::Bool(false)),
+            Some(b'n') => self.literal("null").map(|()| J::Null),
+            Some(b'-' | b'0'..=b'9') => self.number().map(J::Num),
+            _ => self.err("expected a value"),
+        }
+    }
+}
+
+#[derive(Default)]
+struct BitStack {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl BitStack {
+    fn push(&mut self, bit: bool) {
+        let (w, b) = (self.len / 64, self.len % 64);
+        if w == self.words.len() {
+            self.words.push(0);
+        }
+        if bit {
+            self.words[w] |= 1 << b;
+        } else {
+            self.words[w] &= !(1 << b);
+        }
+        self.len += 1;
+    }
+    fn top(&self) -> Option<bool> {
+        let n = self.len.checked_sub(1)?;
+        Some(self.words[n / 64] >> (n % 64) & 1 == 1)
+    }
+    fn pop(&mut self) {
+        self.len = self.len.saturating_sub(1);
+    }
+}
+
+/// Parses a whole JSON text, building containers down to `max_depth` levels
+/// (deeper ones are validated and kept as [`J::Deep`]).
+pub(crate) fn parse(bytes: &[u8], max_depth: usize) -> Result<J<'_>, ParseError> {
+    let mut r = Reader::new(bytes)?;
+    let v = r.value(max_depth)?;
+    r.end()?;
+    Ok(v)
+}
+
+/// The longest `error` text kept from an error body (in bytes, cut at a
+/// character boundary); longer codes are never one of the permanent ones.
+pub(crate) const MAX_ERROR_CODE_BYTES: usize = 256;
+
+/// The top-level string `error` member of an error body (P-3, P-7), reading
+/// nothing else into memory: the text must be JSON, its value an object, and
+/// `error` a string present once. Everything else in the body (deep
+/// `details`, huge numbers, duplicated names elsewhere) is validated as JSON
+/// text and skipped. The string is cut to [`MAX_ERROR_CODE_BYTES`] (the
+/// flag says it was cut).
+pub(crate) fn top_level_error(bytes: &[u8]) -> Option<(String, bool)> {
+    let mut r = Reader::new(bytes).ok()?;
+    if r.peek() != Some(b'{') {
+        r.skip().ok()?;
+        r.end().ok()?;
+        return None;
+    }
+    r.i += 1;
+    let mut found: Option<(String, bool)> = None;
+    let mut seen = false;
+    if r.peek() == Some(b'}') {
+        r.i += 1;
+    } else {
+        loop {
+            let key = r.string(true).ok()?.expect("kept");
+            r.expect(b':').ok()?;
+            if key == "error" {
+                if seen {
+                    // Two `error` members: which one the server meant is unknown.
+                    return None;
+                }
+                seen = true;
+                if r.peek() == Some(b'"') {
+                    let s = r.string(true).ok()?.expect("kept");
+                    found = Some(cut(&s, MAX_ERROR_CODE_BYTES));
+                } else {
+                    r.skip().ok()?;
+                }
+            } else {
+                r.skip().ok()?;
+            }
+            match r.peek() {
+                Some(b',') => r.i += 1,
+                Some(b'}') => {
+                    r.i += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    r.end().ok()?;
+    found
+}
+
+/// `s` cut to at most `max` bytes at a character boundary, and whether it was cut.
+pub(crate) fn cut(s: &str, max: usize) -> (String, bool) {
+    if s.len() <= max {
+        return (s.to_owned(), false);
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (s[..end].to_owned(), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_keep_their_text() {
+        assert_eq!(parse(b"-0", 4), Ok(J::Num("-0")));
+        assert_eq!(parse(b" 1e400 ", 4), Ok(J::Num("1e400")));
+        for bad in ["01", "-", "1.", ".5", "1e", "+1", "0x1", "NaN", "Infinity"] {
+            assert!(parse(bad.as_bytes(), 4).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn strings() {
+        assert_eq!(
+            parse(br#""a\u00e9\ud83d\ude00\n""#, 1).unwrap().as_str(),
+            Some("a\u{e9}\u{1f600}\n")
+        );
+        for bad in [
+            &br#""\ud800""#[..],
+            br#""\udc00""#,
+            br#""\ud800\u0041""#,
+            br#""\ud800x""#,
+            b"\"\x01\"",
+            b"\"\xff\"",
+            br#""\x""#,
+            br#""abc"#,
+        ] {
+            assert!(parse(bad, 1).is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(top_level_error(bad).is_none());
+        }
+    }
+
+    #[test]
+    fn depth_never_invalidates() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(
+            parse(deep.as_bytes(), 3),
+            Ok(J::Arr(vec![J::Arr(vec![J::Arr(vec![J::Deep])])]))
+        );
+        let body = format!(
+            r#"{{"details":{}1{},"error":"NOT_FOUND"}}"#,
+            r#"{"a":["#.repeat(50_000),
+            "]}".repeat(50_000)
+        );
+        assert_eq!(
+            top_level_error(body.as_bytes()),
+            Some(("NOT_FOUND".into(), false))
+        );
+        let unbalanced = format!("{}{}", "[".repeat(1000), "]".repeat(999));
+        assert!(parse(unbalanced.as_bytes(), 3).is_err());
+    }
+
+    #[test]
+    fn duplicates() {
+        assert!(parse(br#"{"a":{"b":1,"b":2}}"#, 4).is_err());
+        assert!(parse(br#"{"a":1,"\u0061":2}"#, 4).is_err());
+        assert!(parse(br#"[{"b":1},{"b":2}]"#, 4).is_ok());
+        assert_eq!(top_level_error(br#"{"error":"A","error":"A"}"#), None);
+        assert_eq!(
+            top_level_error(br#"{"error":"A","d":{"x":1,"x":2}}"#),
+            Some(("A".into(), false))
+        );
+    }
+
+    #[test]
+    fn error_member() {
+        assert_eq!(top_level_error(br#"{"error":7}"#), None);
+        assert_eq!(top_level_error(br#"{"error":"X"} x"#), None);
+        assert_eq!(top_level_error(br#"["error"]"#), None);
+        assert_eq!(
+            top_level_error(br#"{"n":1e400,"m":-0,"error":"TENANT_CLOSED"}"#),
+            Some(("TENANT_CLOSED".into(), false))
+        );
+        let long = format!(r#"{{"error":"{}"}}"#, "é".repeat(1000));
+        let (s, was_cut) = top_level_error(long.as_bytes()).unwrap();
+        assert!(was_cut && s.len() <= MAX_ERROR_CODE_BYTES && s.len() >= MAX_ERROR_CODE_BYTES - 1);
+    }
+}
