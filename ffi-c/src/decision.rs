@@ -386,7 +386,7 @@ pub extern "C" fn lb_decision_json(
 ) -> crate::error::lb_status {
     with_decision(decision, |d| {
         check_out(out_needed, "out_needed")?;
-        let text = serde_json::Value::Object(d.to_json()).to_string();
+        let text = d.to_json_string();
         // SAFETY: as in lb_decision_reservation_id().
         unsafe { copy_text(text.as_bytes(), buf, buf_len, out_needed) }
     })

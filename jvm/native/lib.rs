@@ -266,7 +266,7 @@ fn put_decision(w: &mut W, d: &Decision) {
     w.opt_u64(d.proven_until_ns)
         .opt_u64(d.expires_at_ms)
         .opt_u64(d.remaining_ttl_ms);
-    w.str(&Value::Object(d.to_json()).to_string());
+    w.str(&d.to_json_string());
 }
 
 fn put_attempt(w: &mut W, a: &Attempt) {

@@ -1042,11 +1042,7 @@ impl Heartbeat {
     #[napi(getter, catch_unwind)]
     pub fn last_decision_json(&self, env: &Env) -> Result<Option<String>> {
         run(env, || {
-            self.with(|hb| {
-                Ok(hb
-                    .last_decision()
-                    .map(|d| serde_json::Value::Object(d.to_json()).to_string()))
-            })
+            self.with(|hb| Ok(hb.last_decision().map(|d| d.to_json_string())))
         })
     }
 

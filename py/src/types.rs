@@ -300,7 +300,7 @@ impl PyDecision {
 
     /// ``to_json()`` as one compact JSON line (members sorted by name, as the core emits them).
     fn to_json_str(&self) -> String {
-        serde_json::Value::Object(self.inner.to_json()).to_string()
+        self.inner.to_json_string()
     }
 
     fn __repr__(&self) -> String {

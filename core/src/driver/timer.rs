@@ -645,10 +645,9 @@ impl Timer {
     ) {
         let reservation_id = decision.reservation_id.clone();
         if tracing::enabled!(target: "leasebeat::driver", tracing::Level::INFO) {
-            let json = serde_json::Value::Object(decision.to_json());
             tracing::info!(target: "leasebeat::driver", %lease,
                 reservation_id = reservation_id.as_deref().unwrap_or(""),
-                outcome = %outcome, decision = %json, "decision");
+                outcome = %outcome, decision = %decision, "decision");
         }
         let stop = decision.stop_reason();
         if stop.is_none() {
