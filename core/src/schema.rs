@@ -1,7 +1,7 @@
 //! Strict response parsing and the schema checks of the protocol's success
 //! bodies (HB-18, D-1, P-1, P-7, P-8).
 //!
-//! Bodies are read by [`crate::json`] (numbers kept as their literal text,
+//! Bodies are read by the crate's own strict reader in `json.rs` (numbers kept as their literal text,
 //! duplicated member names rejected, no recursion limit). The checks then
 //! follow the protocol file: `additionalProperties: false` everywhere it says
 //! so, no nulls, integers only as JSON integer literals of any size, `format:
