@@ -149,6 +149,7 @@ cp -r "$SRC" "$WORK/starter"
 MOD="$WORK/starter/cycles-client-java-spring"
 (cd "$WORK/starter" && patch -p1 --quiet --no-backup-if-mismatch < "$HERE/cycles-spring-boot-starter-leasebeat.patch")
 cp "$HERE/LeasebeatServeTest.java" "$MOD/src/test/java/io/runcycles/client/java/spring/"
+cp "$HERE/LeasebeatHeartbeatJeopardyTest.java" "$MOD/src/test/java/io/runcycles/client/java/spring/context/"
 
 # 4. The whole suite with the adapter.
 LOG="$WORK/adapted.log"
