@@ -5,11 +5,11 @@
 # (runcycles-0.4.3.patch), builds leasebeat's Node addon (release), packs it
 # with `npm pack` and installs the tarball into the SDK copy, then runs the
 # SDK's whole suite (`npx vitest run --exclude 'tests/integration/**'`) and
-# our test of the SDK's public API against `leasebeat serve`
-# (tests/leasebeat-serve.test.ts).
+# our tests: the SDK's public API against `leasebeat serve`
+# (tests/leasebeat-serve.test.ts) and the adapter's loop (tests/leasebeat-adapter.test.ts).
 #
 # Last line: `typescript-runcycles: N passed, M failed` over the SDK's own
-# tests plus the serve test. Expected failures (README.md, "Expected
+# tests plus ours. Expected failures (README.md, "Expected
 # failures") are counted as failed, never hidden. Exit status 0 when every
 # failure is an expected one and the serve test passed.
 #
@@ -94,9 +94,9 @@ grep -E '^ (FAIL|×) ' "$WORK/sdk.out" | sort -u || true
 grep -E '^ +(Test Files|Tests) +' "$WORK/sdk.out" || true
 read -r sp sf < <(count "$WORK/sdk.out")
 
-echo "==> $NAME: public API against leasebeat serve (tests/leasebeat-serve.test.ts)"
-cp "$HERE/tests/leasebeat-serve.test.ts" "$SDK/tests/leasebeat-serve.test.ts"
-(cd "$SDK" && NODE_DEBUG=runcycles npx vitest run tests/leasebeat-serve.test.ts) 2>&1 | strip >"$WORK/serve.out" || true
+echo "==> $NAME: ours: public API against leasebeat serve, the adapter's loop (tests/leasebeat-*.test.ts)"
+cp "$HERE"/tests/leasebeat-*.test.ts "$SDK/tests/"
+(cd "$SDK" && NODE_DEBUG=runcycles npx vitest run tests/leasebeat-serve.test.ts tests/leasebeat-adapter.test.ts) 2>&1 | strip >"$WORK/serve.out" || true
 grep -E '^ (FAIL|×|✓) ' "$WORK/serve.out" | sort -u || true
 grep -E '^ +Tests +' "$WORK/serve.out" || true
 read -r vp vf < <(count "$WORK/serve.out")
@@ -115,6 +115,6 @@ if [ -n "$unexpected" ]; then
   printf '%s\n' "$unexpected"
   awk '/Failed Tests/,0' "$WORK/sdk.out" | head -n 200
 fi
-echo "$NAME: SDK suite $sp passed, $sf failed; serve test $vp passed, $vf failed"
+echo "$NAME: SDK suite $sp passed, $sf failed; ours (serve + adapter) $vp passed, $vf failed"
 echo "$NAME: $((sp + vp)) passed, $((sf + vf)) failed"
 [ -z "$unexpected" ] && [ "$nfailed" = "$sf" ] && [ "$sp" -gt 0 ] && [ "$vf" = 0 ] && [ "$vp" -gt 0 ]
