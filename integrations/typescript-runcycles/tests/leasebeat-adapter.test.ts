@@ -63,13 +63,15 @@ describe("startLeaseHeartbeat", () => {
     expect(calls).toHaveLength(1);
     expect(calls[0].at - t0).toBe(45_000);
     expect(calls[0].body.extend_by_ms).toBe(60000);
-    // The deadline at 45000 + 7000 is observed as a timeout; the retry
-    // window is then exactly 0 (lead 8000 = budget 7000 + margin 1000), so
-    // the same-key retry goes at once (on the next timer tick).
-    await vi.advanceTimersByTimeAsync(6_999);
+    // The runner abandons the attempt at its deadline (45000 + 7000, fired
+    // early by its detection slack) and observes a timeout; the retry
+    // window is then about 0 (lead ~8000 = budget 7000 + margin 1000), so
+    // the same-key retry goes at once.
+    await vi.advanceTimersByTimeAsync(6_000);
     expect(calls).toHaveLength(1);
-    await vi.advanceTimersByTimeAsync(2);
+    await vi.advanceTimersByTimeAsync(1_100);
     expect(calls).toHaveLength(2);
+    expect(calls[1].at - t0).toBeGreaterThan(51_000);
     expect(calls[1].at - t0).toBeLessThanOrEqual(52_001);
     expect(calls[1].body).toEqual(calls[0].body); // same key, same body
     expect(warn).toHaveBeenCalledWith(expect.stringContaining("Heartbeat extend transport error; retrying with the same key"));
@@ -80,26 +82,30 @@ describe("startLeaseHeartbeat", () => {
     expect(calls).toHaveLength(2);
   });
 
-  it("logs lease_in_jeopardy once when a wake-up comes after provenUntil", async () => {
+  it("logs lease_in_jeopardy (the runner's D-15 events) with the reservation id", async () => {
     vi.useFakeTimers();
     const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
-    const extendReservation = vi.fn(async () => extended(60000));
+    // the beat goes out and gets no answer: no newer success proves the lease
+    const extendReservation = vi.fn(() => new Promise<CyclesResponse>(() => {}));
     const client = { config, extendReservation } as any;
     await vi.advanceTimersByTimeAsync(100_000);
     const now = performance.now();
-    // A create received 25 s ago with 20 s remaining: its proven lead ended
-    // 5 s ago (an event loop that stalled, as far as the loop can tell).
+    // A create received 25 s ago with 20 s remaining: its first beat was due
+    // 20 s ago and its proven lead ended 5 s ago (an event loop that
+    // stalled, as far as the heartbeat can tell).
     const hb = startLeaseHeartbeat({
       client,
       reservationId: "rsv-1",
       ttlMs: 60000,
       create: { key: "create-key", requestBody: createBody, sentMono: now - 25_000, receivedMono: now - 25_000, response: created(20_000) },
     })!;
-    await vi.advanceTimersByTimeAsync(0);
+    await vi.advanceTimersByTimeAsync(10);
     expect(extendReservation).toHaveBeenCalledTimes(1);
-    const jeopardy = warn.mock.calls.filter((c) => String(c[0]).includes("lease_in_jeopardy"));
-    expect(jeopardy).toHaveLength(1);
-    expect(String(jeopardy[0][0])).toContain("id=rsv-1");
+    const jeopardy = warn.mock.calls.map((c) => String(c[0])).filter((x) => x.includes("lease_in_jeopardy"));
+    // the beat went out 20 s after its due time, past the proven lead
+    expect(jeopardy.some((x) => x.includes("cause=late_beat"))).toBe(true);
+    expect(jeopardy.some((x) => x.includes("cause=proven_until_reached"))).toBe(true);
+    for (const x of jeopardy) expect(x).toContain("id=rsv-1");
     hb.stop();
   });
 
