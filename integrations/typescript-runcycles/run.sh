@@ -3,7 +3,8 @@
 # (../shared/peers/runcycles-typescript-0.4.3/, read-only) into a `mktemp -d`,
 # installs its locked dev dependencies (`npm ci`), applies the adapter
 # (runcycles-0.4.3.patch), builds leasebeat's Node addon (release), packs it
-# with `npm pack` and installs the tarball into the SDK copy, then runs the
+# with `npm pack` and installs the tarball into the SDK copy, type-checks and
+# builds the patched SDK (tsc, tsup; loads both bundles), then runs the
 # SDK's whole suite (`npx vitest run --exclude 'tests/integration/**'`) and
 # our tests: the SDK's public API against `leasebeat serve`
 # (tests/leasebeat-serve.test.ts) and the adapter's loop (tests/leasebeat-adapter.test.ts).
@@ -77,8 +78,11 @@ echo "==> $NAME: install $(basename "$TARBALL") into the SDK"
 (cd "$SDK" && npm install --no-save --no-audit --no-fund --prefer-offline --loglevel=error "$TARBALL")
 (cd "$SDK" && node -e 'import("leasebeat").then((m) => { if (typeof m.Heartbeat.adoptCreate !== "function") process.exit(1) })')
 
-echo "==> $NAME: type-check the patched SDK (tsc --noEmit)"
+echo "==> $NAME: type-check and build the patched SDK (tsc --noEmit, tsup: ESM + CJS)"
 (cd "$SDK" && npx tsc --noEmit -p tsconfig.typecheck.json)
+(cd "$SDK" && npx tsup >"$WORK/tsup.log" 2>&1) || { tail -n 30 "$WORK/tsup.log"; echo "$NAME: 0 passed, 1 failed"; exit 1; }
+(cd "$SDK" && node -e 'const m = require("./dist/index.cjs"); if (typeof m.withCycles !== "function") process.exit(1)' \
+  && node --input-type=module -e 'const m = await import(process.cwd() + "/dist/index.js"); if (typeof m.reserveForStream !== "function") process.exit(1)')
 
 if [ -z "${LEASEBEAT_BIN:-}" ]; then
   echo "==> $NAME: cargo build --release -p leasebeat-cli (leasebeat serve)"
