@@ -115,9 +115,12 @@ function check(s: Serve, faulted: number): void {
  * The adapter logs every decision on Node's debug channel
  * (`NODE_DEBUG=runcycles`, set by run.sh), which writes to stderr.
  */
+let warnings: string[] = [];
+
 function captureDecisions(): string[] {
   expect(process.env.NODE_DEBUG ?? "", "run with NODE_DEBUG=runcycles").toMatch(/runcycles/);
   const lines: string[] = [];
+  warnings = [];
   const write = process.stderr.write.bind(process.stderr);
   vi.spyOn(process.stderr, "write").mockImplementation(((chunk: unknown, ...rest: unknown[]) => {
     const text = String(chunk);
@@ -127,7 +130,9 @@ function captureDecisions(): string[] {
     }
     return (write as (...a: unknown[]) => boolean)(chunk, ...rest);
   }) as typeof process.stderr.write);
-  vi.spyOn(console, "warn").mockImplementation(() => {});
+  vi.spyOn(console, "warn").mockImplementation((...args: unknown[]) => {
+    warnings.push(args.map(String).join(" "));
+  });
   return lines;
 }
 
@@ -139,6 +144,9 @@ function checkLogged(lines: string[]): void {
   }
   // the faulted beat was retried with the same key
   expect(lines.some((x) => x.includes("disposition=retry"))).toBe(true);
+  // the SDK's own warning line for it, and the lease stayed proven throughout
+  expect(warnings.some((x) => x.includes("retrying with the same key")), String(warnings)).toBe(true);
+  expect(warnings.filter((x) => x.includes("lease_in_jeopardy")), String(warnings)).toEqual([]);
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
