@@ -9,7 +9,7 @@ use leasebeat::{Attempt, Decision, Next, Num, Numbers, StopReason};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use crate::convert::{duration, from_json_object, num};
+use crate::convert::{duration, num};
 use crate::enums::{E, member};
 
 fn opt_member<'py>(py: Python<'py>, e: E, v: Option<&str>) -> PyResult<Option<Bound<'py, PyAny>>> {
@@ -293,9 +293,13 @@ impl PyDecision {
     /// ``key``, ``key_index``, ``reason``, ``mode``, ``numbers`` (ints, "inf",
     /// "-inf") and ``warnings``, and where they apply ``proven_until`` (ms, or
     /// "inf"), ``expires_at_ms`` and ``remaining_ttl_ms``. Exactly the core's
-    /// emitted-decision object.
+    /// emitted-decision object, every integer exact (P-9: parsed from the
+    /// core's exact JSON text, so a retry window below -2**63 stays an int).
     fn to_json<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        from_json_object(py, &self.inner.to_json())
+        let parsed = py
+            .import("json")?
+            .call_method1("loads", (self.inner.to_json_string(),))?;
+        Ok(parsed.cast_into::<PyDict>()?)
     }
 
     /// ``to_json()`` as one compact JSON line (members sorted by name, as the core emits them).
