@@ -77,7 +77,7 @@ enum Command {
         #[arg(long, default_value_t = serve::DEFAULT_EPOCH_MS)]
         epoch_ms: u64,
         /// Most connections at once; beyond, a connection gets 503 and is closed.
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, default_value_t = 2048)]
         max_connections: usize,
         /// Most request-body bytes buffered at once; beyond, a request gets 503.
         #[arg(long, default_value_t = 64 * 1024 * 1024)]

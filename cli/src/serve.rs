@@ -244,7 +244,7 @@ pub struct ServeOptions {
     /// Print `LAPSE ...` lines on stdout.
     pub print_lapses: bool,
     /// Most connections served at once; a connection beyond the cap is
-    /// answered `503` and closed at once (default 512).
+    /// answered `503` and closed at once (default 2048).
     pub max_connections: usize,
     /// Most request-body bytes buffered at once over all connections; a
     /// request whose body would go beyond is answered `503` (default 64 MiB).
@@ -268,7 +268,7 @@ impl Default for ServeOptions {
             api_key: None,
             epoch_ms: DEFAULT_EPOCH_MS,
             print_lapses: false,
-            max_connections: 512,
+            max_connections: 2048,
             max_buffered_bytes: 64 * 1024 * 1024,
             keep_entries: true,
             retention_ms: 600_000,
@@ -511,8 +511,12 @@ async fn accept_loop(s: Arc<Shared>, listener: TcpListener, done: mpsc::Sender<(
     }
 }
 
-/// How long a client may take to send a request's head, then its body.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's head, then its body. In
+/// hyper 1.x the head timer also runs while a keep-alive connection is idle,
+/// so this is the idle timeout too: it must exceed the gap between two beats
+/// of a lease (clients such as Java's HttpClient reuse a pooled connection
+/// without noticing the server closed it, and a POST on it fails as a reset).
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_BODY: usize = 1024 * 1024;
 
 /// Over the connection cap: a `503` with `Connection: close`, written
