@@ -7,9 +7,10 @@
 //! * the **beat heap** holds each lease's next extend, keyed by its due time
 //!   (fired early by the measured timer slack);
 //! * the **watch heap** holds the jeopardy checks (D-15), keyed by the exact
-//!   instant they apply: `proven_until` of the last primary success, and
-//!   `due + safety_margin` of the scheduled beat (a beat not sent by then is
-//!   late).
+//!   instant they apply: `proven_until` of the last primary success (0,
+//!   i.e. at once, for a fallback decision after the first success: the
+//!   fallback path proves nothing), and `due + safety_margin` of the
+//!   scheduled beat (a beat not sent by then is late).
 //!
 //! Every entry carries a generation number; an entry whose generation no
 //! longer matches its lease's (a newer decision, a stop) is dropped when it
@@ -166,6 +167,13 @@ struct Slot {
     margin_ms: u64,
     /// D-15: the proven lead of the last primary success, if any.
     proven_until_ns: Option<u64>,
+    /// The instant the `proven_until_reached` watch is armed for: the
+    /// decision's `proven_until`, or 0 for a decision without one after the
+    /// lease's first success (the fallback path proves nothing, so its proven
+    /// lead is already reached).
+    proven_watch_ns: Option<u64>,
+    /// The lease has had its first success.
+    succeeded: bool,
     /// A `late_beat` jeopardy was reported for the scheduled send.
     late_reported: bool,
     /// A `proven_until_reached` jeopardy was reported for `proven_until_ns`.
@@ -340,6 +348,8 @@ impl Timer {
                         due_ns,
                         margin_ms: DEFAULT_MARGIN_MS,
                         proven_until_ns: None,
+                        proven_watch_ns: None,
+                        succeeded: false,
                         late_reported: false,
                         proven_reported: false,
                     },
@@ -656,14 +666,22 @@ impl Timer {
                     slot.margin_ms = m;
                 }
                 // D-15 is the core's: the driver only watches the instant the
-                // decision carries. A newer success (or a changed instant)
-                // re-arms the watch; a failure or cancel leaves it as it was.
+                // decision carries. After the first success, a decision
+                // without one (fallback path: it proves nothing) counts as
+                // proven until 0, i.e. reached at once. A newer primary
+                // success (or a changed instant) re-arms the watch; a
+                // failure, a cancel or another fallback success leaves it as
+                // it was (reported once).
+                let success = decision.outcome == OutcomeClass::Success;
+                slot.succeeded |= success;
                 let proven = decision.proven_until_ns;
-                if decision.outcome == OutcomeClass::Success || proven != slot.proven_until_ns {
+                let watch_at = proven.or(slot.succeeded.then_some(0));
+                if (success && proven.is_some()) || watch_at != slot.proven_watch_ns {
                     slot.proven_gen = slot.proven_gen.wrapping_add(1);
                     slot.proven_until_ns = proven;
+                    slot.proven_watch_ns = watch_at;
                     slot.proven_reported = false;
-                    if let Some(p) = proven.filter(|p| *p != u64::MAX) {
+                    if let Some(p) = watch_at.filter(|p| *p != u64::MAX) {
                         self.watches
                             .push(Reverse((p, Watch::Proven, lease.0, slot.proven_gen)));
                     }
