@@ -303,6 +303,45 @@ describe('runHeartbeat against leasebeat serve', () => {
   })
 })
 
+describe('runHeartbeat on the fallback path (D-15)', () => {
+  test('an older server (no remaining_ttl_ms): proven_until_reached at once after the first success, once', async () => {
+    const server = await startServer(['--max-lead-ms', '4000', '--omit-remaining'])
+    try {
+      const hb = lease()
+      const ac = new AbortController()
+      const seq = []
+      const jeopardy = []
+      let successes = 0
+      const stop = await runHeartbeat(hb, {
+        baseUrl: server.url,
+        apiKey: API_KEY,
+        signal: ac.signal,
+        finalize: 'release',
+        onDecision: (d) => {
+          seq.push(`decision:${d.outcome}`)
+          if (d.outcome === 'success' && ++successes >= 3) ac.abort()
+        },
+        onJeopardy: (e) => {
+          seq.push(`jeopardy:${e.cause}`)
+          jeopardy.push(e)
+        }
+      })
+      assert.equal(stop.reason, 'cancelled')
+      assert.ok(successes >= 3, seq.join(' '))
+      const first = seq.indexOf('decision:success')
+      const at = seq.flatMap((s, i) => (s.startsWith('jeopardy:') ? [i] : []))
+      assert.deepEqual(at, [first + 1], seq.join(' '))
+      assert.equal(jeopardy[0].event, 'lease_in_jeopardy')
+      assert.equal(jeopardy[0].cause, 'proven_until_reached')
+      assert.equal(jeopardy[0].reservationId, hb.reservationId)
+      assert.equal(jeopardy[0].provenUntil, undefined)
+      assert.ok(server.requests('extend').every((e) => !(e.response ?? '').includes('remaining_ttl_ms')))
+    } finally {
+      await server.close()
+    }
+  })
+})
+
 describe('runHeartbeat without a server', () => {
   test('bad options are TypeErrors', async () => {
     const hb = lease()
