@@ -239,7 +239,10 @@ async function runHeartbeat (heartbeat, options) {
   let stop = null
   try {
     const last = heartbeat.lastDecision
-    if (last !== null && last.next !== 'stop') armJeopardy(last)
+    if (last !== null && last.next !== 'stop') {
+      if (last.outcome === 'success') successes++ // an adopted create
+      armJeopardy(last)
+    }
     for (;;) {
       const action = heartbeat.pollAction()
       if (action.type === 'stop') {

@@ -180,6 +180,30 @@ struct Slot {
     proven_reported: bool,
 }
 
+impl Slot {
+    /// D-15 is the core's: the driver only watches the instant a decision
+    /// carries. After the lease's first success, a decision without one
+    /// (the fallback path: it proves nothing) counts as proven until 0, i.e.
+    /// reached at once. A newer primary success (or a changed instant)
+    /// re-arms the watch; a failure, a cancel or another fallback decision
+    /// leaves it as it was (reported once). Returns the instant to watch and
+    /// its generation when re-armed.
+    fn rearm_proven(&mut self, success: bool, proven: Option<u64>) -> Option<(u64, u32)> {
+        self.succeeded |= success;
+        let watch_at = proven.or(self.succeeded.then_some(0));
+        if !(success && proven.is_some()) && watch_at == self.proven_watch_ns {
+            return None;
+        }
+        self.proven_gen = self.proven_gen.wrapping_add(1);
+        self.proven_until_ns = proven;
+        self.proven_watch_ns = watch_at;
+        self.proven_reported = false;
+        watch_at
+            .filter(|p| *p != u64::MAX)
+            .map(|p| (p, self.proven_gen))
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Watch {
     /// `proven_until` reached (ordered first at equal times).
@@ -337,23 +361,33 @@ impl Timer {
                     Action::Send(a) => a.kind,
                     _ => AttemptKind::Create,
                 };
-                self.leases.insert(
-                    lease,
-                    Slot {
-                        base,
-                        hb: *hb,
-                        in_flight: None,
-                        send_gen: 0,
-                        proven_gen: 0,
-                        due_ns,
-                        margin_ms: DEFAULT_MARGIN_MS,
-                        proven_until_ns: None,
-                        proven_watch_ns: None,
-                        succeeded: false,
-                        late_reported: false,
-                        proven_reported: false,
-                    },
-                );
+                // A heartbeat that already decided (an adopted create): its
+                // last decision seeds the proven_until watch.
+                let seed = hb
+                    .last_decision()
+                    .filter(|d| d.stop_reason().is_none())
+                    .map(|d| (d.outcome == OutcomeClass::Success, d.proven_until_ns));
+                let mut slot = Slot {
+                    base,
+                    hb: *hb,
+                    in_flight: None,
+                    send_gen: 0,
+                    proven_gen: 0,
+                    due_ns,
+                    margin_ms: DEFAULT_MARGIN_MS,
+                    proven_until_ns: None,
+                    proven_watch_ns: None,
+                    succeeded: false,
+                    late_reported: false,
+                    proven_reported: false,
+                };
+                if let Some(w) =
+                    seed.and_then(|(success, proven)| slot.rearm_proven(success, proven))
+                {
+                    self.watches
+                        .push(Reverse((w.0, Watch::Proven, lease.0, w.1)));
+                }
+                self.leases.insert(lease, slot);
                 self.schedule_send(lease, kind, Some(due_ns));
             }
             Command::Cancel(lease) => self.cancel(lease),
@@ -665,26 +699,10 @@ impl Timer {
                 if let Some(m) = num_ms(decision.numbers.safety_margin) {
                     slot.margin_ms = m;
                 }
-                // D-15 is the core's: the driver only watches the instant the
-                // decision carries. After the first success, a decision
-                // without one (fallback path: it proves nothing) counts as
-                // proven until 0, i.e. reached at once. A newer primary
-                // success (or a changed instant) re-arms the watch; a
-                // failure, a cancel or another fallback success leaves it as
-                // it was (reported once).
                 let success = decision.outcome == OutcomeClass::Success;
-                slot.succeeded |= success;
-                let proven = decision.proven_until_ns;
-                let watch_at = proven.or(slot.succeeded.then_some(0));
-                if (success && proven.is_some()) || watch_at != slot.proven_watch_ns {
-                    slot.proven_gen = slot.proven_gen.wrapping_add(1);
-                    slot.proven_until_ns = proven;
-                    slot.proven_watch_ns = watch_at;
-                    slot.proven_reported = false;
-                    if let Some(p) = watch_at.filter(|p| *p != u64::MAX) {
-                        self.watches
-                            .push(Reverse((p, Watch::Proven, lease.0, slot.proven_gen)));
-                    }
+                if let Some(w) = slot.rearm_proven(success, decision.proven_until_ns) {
+                    self.watches
+                        .push(Reverse((w.0, Watch::Proven, lease.0, w.1)));
                 }
             }
             if let Next::Send(kind) = decision.next {
@@ -711,5 +729,53 @@ impl Timer {
                 at_ns: observed_ns,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot() -> Slot {
+        Slot {
+            base: Arc::from("http://127.0.0.1:1"),
+            hb: Heartbeat::new(crate::Config::new(4_000, Some(1_000))).unwrap(),
+            in_flight: None,
+            send_gen: 0,
+            proven_gen: 0,
+            due_ns: 0,
+            margin_ms: DEFAULT_MARGIN_MS,
+            proven_until_ns: None,
+            proven_watch_ns: None,
+            succeeded: false,
+            late_reported: false,
+            proven_reported: false,
+        }
+    }
+
+    /// D-15: the proven_until watch's re-arm rule, fallback path included.
+    #[test]
+    fn proven_watch_rearms_on_a_new_lead_and_reaches_at_once_on_the_fallback_path() {
+        let mut s = slot();
+        // Before any success nothing is watched (a failed create).
+        assert_eq!(s.rearm_proven(false, None), None);
+        // First success on the fallback path: proven until 0, reached at once.
+        assert_eq!(s.rearm_proven(true, None), Some((0, 1)));
+        s.proven_reported = true;
+        // Later fallback decisions (successes or failures): not re-armed.
+        assert_eq!(s.rearm_proven(true, None), None);
+        assert_eq!(s.rearm_proven(false, None), None);
+        assert!(s.proven_reported);
+        // A primary success re-arms at its instant; a retry keeps it.
+        assert_eq!(s.rearm_proven(true, Some(5_000)), Some((5_000, 2)));
+        assert!(!s.proven_reported);
+        assert_eq!(s.rearm_proven(false, Some(5_000)), None);
+        assert_eq!(s.rearm_proven(true, Some(7_000)), Some((7_000, 3)));
+        // Back on the fallback path: reached at once again.
+        assert_eq!(s.rearm_proven(true, None), Some((0, 4)));
+        assert_eq!(s.proven_until_ns, None);
+        // +infinity is never reached: re-armed, nothing to watch.
+        assert_eq!(s.rearm_proven(true, Some(u64::MAX)), None);
+        assert_eq!(s.proven_gen, 5);
     }
 }
