@@ -418,7 +418,9 @@ typedef enum lb_jeopardy_reason {
     /**
      * `proven_until_reached`: the driver reached the lease's proven lead
      * (receipt of its last primary success + that success's `lead_floor`)
-     * without a newer success.
+     * without a newer success. On the fallback path (an older server, no
+     * `remaining_ttl_ms`: nothing proven) it is reported right after the
+     * first success, once, with `proven_until_ns` 0.
      */
     LB_JEOPARDY_REASON_PROVEN_UNTIL_REACHED = 1,
     /**

@@ -84,14 +84,16 @@ export interface JeopardyEvent {
   event: 'lease_in_jeopardy'
   /**
    * `'proven_until_reached'`: the lease reached its `provenUntil` without a
-   * newer success; `'late_beat'`: a scheduled beat went out later than its
-   * due time by more than the safety margin.
+   * newer success (also at once, once, after the first success on the
+   * fallback path, whose decisions carry no `provenUntil`: an older server's
+   * answers prove nothing); `'late_beat'`: a scheduled beat went out later
+   * than its due time by more than the safety margin.
    */
   cause: 'proven_until_reached' | 'late_beat'
   reservationId: string | null
   /** When it was noticed, in ms on the runner's clock. */
   at: number
-  /** For `'proven_until_reached'`: the instant reached (ms). */
+  /** For `'proven_until_reached'`: the instant reached (ms); absent on the fallback path. */
   provenUntil?: number
   /** For `'late_beat'`: the beat's due time (ms) and how late it went out. */
   due?: number

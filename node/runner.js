@@ -190,25 +190,39 @@ async function runHeartbeat (heartbeat, options) {
     }
   }
 
-  // Jeopardy (D-15): reaching provenUntil without a newer success.
+  // Jeopardy (D-15): reaching provenUntil without a newer success. After the
+  // first success, a decision without provenUntil (the fallback path: an older
+  // server, nothing proven) counts as proven until 0: reported at once, once,
+  // and re-armed when a later decision carries a different provenUntil.
   let jeopardyTimer = null
   let successes = 0
+  let armedFor = null
+  let reported = false
   const armJeopardy = (d) => {
     if (jeopardyTimer !== null) clearTimeout(jeopardyTimer)
     jeopardyTimer = null
-    if (d.next === 'stop' || d.provenUntilNs === null || d.provenUntilNs === PROVEN_FOREVER_NS) return
-    const provenUntil = d.provenUntil
+    const fallback = d.provenUntilNs === null && successes > 0
+    const key = fallback ? 0n : d.provenUntilNs
+    if (key !== armedFor) {
+      armedFor = key
+      reported = false
+    }
+    if (d.next === 'stop' || key === null || key === PROVEN_FOREVER_NS || reported) return
+    const provenUntil = fallback ? 0 : d.provenUntil
     const generation = successes
     const fire = () => {
       jeopardyTimer = null
-      if (done.signal.aborted || generation !== successes) return
+      if (done.signal.aborted || generation !== successes || reported) return
       const now = clock()
       const nowMs = typeof now === 'bigint' ? Number(now) / 1e6 : now
       if (nowMs < provenUntil) {
         jeopardyTimer = setTimeout(fire, Math.min(MAX_TIMER_MS, provenUntil - nowMs)).unref()
         return
       }
-      report(o.onJeopardy, { event: 'lease_in_jeopardy', cause: 'proven_until_reached', reservationId: heartbeat.reservationId, provenUntil, at: nowMs })
+      reported = true
+      const event = { event: 'lease_in_jeopardy', cause: 'proven_until_reached', reservationId: heartbeat.reservationId, at: nowMs }
+      if (!fallback) event.provenUntil = provenUntil
+      report(o.onJeopardy, event)
     }
     const nowMs = toMs(clock())
     jeopardyTimer = setTimeout(fire, Math.min(MAX_TIMER_MS, Math.max(0, provenUntil - nowMs - timerSlackMs))).unref()
@@ -225,7 +239,10 @@ async function runHeartbeat (heartbeat, options) {
   let stop = null
   try {
     const last = heartbeat.lastDecision
-    if (last !== null && last.next !== 'stop') armJeopardy(last)
+    if (last !== null && last.next !== 'stop') {
+      if (last.outcome === 'success') successes++ // an adopted create
+      armJeopardy(last)
+    }
     for (;;) {
       const action = heartbeat.pollAction()
       if (action.type === 'stop') {

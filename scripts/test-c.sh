@@ -17,7 +17,9 @@
 #     `leasebeat serve`; then against a URL where nothing listens and against
 #     a server killed mid-run (it must report a stop, never hang)
 # Steps 3 and 4 include the driver tests (tests/c/driver.c) against a live
-# `leasebeat serve` (127.0.0.1, port 0), started here and killed on exit.
+# `leasebeat serve` (127.0.0.1, port 0), started here and killed on exit, and
+# the driver's fallback-path jeopardy test against a second one run with
+# --omit-remaining (an older server).
 # Programs linked against target/release/libleasebeat.so (steps 4 and 7) record
 # its SONAME (libleasebeat.so.0.1), a name cargo does not create: they are
 # linked with -L target/release and an rpath to $tmp/lib, which holds only the
@@ -88,6 +90,11 @@ cargo build --release --locked -p leasebeat-cli
 start_server serve --max-lead-ms 4000 --log "$tmp/serve.log"
 url="$server_url"
 echo "leasebeat serve: $url"
+# --omit-remaining: an older server (no remaining_ttl_ms), for the driver's
+# fallback-path jeopardy test (D-15).
+start_server fallback --max-lead-ms 4000 --omit-remaining
+fallback_url="$server_url"
+echo "leasebeat serve --omit-remaining: $fallback_url"
 
 echo "==> [c] header drift and version (cargo test -p leasebeat-ffi)"
 cargo test --release --locked -p leasebeat-ffi
@@ -114,7 +121,7 @@ echo "==> [c] ASan+UBSan, static library"
   -o "$tmp/lb_test_asan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  timeout 600 "$tmp/lb_test_asan" --server "$url" --server-log "$tmp/serve.log" "${emit_args[@]}" "${vectors[@]}" > "$tmp/asan.log" 2>&1 || {
+  timeout 600 "$tmp/lb_test_asan" --server "$url" --fallback-server "$fallback_url" --server-log "$tmp/serve.log" "${emit_args[@]}" "${vectors[@]}" > "$tmp/asan.log" 2>&1 || {
     cat "$tmp/asan.log"; echo "ASan+UBSan run failed" >&2; exit 1; }
 grep -v '^ok [^ ]*$' "$tmp/asan.log" || true
 
@@ -126,7 +133,7 @@ if ! needed "$tmp/lb_test_shared" | grep -xF "$soname" >/dev/null; then
   exit 1
 fi
 timeout 900 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
-  "$tmp/lb_test_shared" --server "$url" --server-log "$tmp/serve.log" "${emit_args[@]}" "${vectors[@]}" > "$tmp/valgrind.log" 2>&1 || {
+  "$tmp/lb_test_shared" --server "$url" --fallback-server "$fallback_url" --server-log "$tmp/serve.log" "${emit_args[@]}" "${vectors[@]}" > "$tmp/valgrind.log" 2>&1 || {
     cat "$tmp/valgrind.log"; echo "valgrind run failed" >&2; exit 1; }
 grep -v '^ok [^ ]*$' "$tmp/valgrind.log" || true
 

@@ -379,6 +379,37 @@ fn older_server_uses_fallback() {
     for e in serve.requests("extend", None) {
         assert!(!e["response"].as_str().unwrap().contains("remaining_ttl_ms"));
     }
+    // D-15: the fallback path proves nothing, so the proven lead is reached
+    // at once: one `proven_until_reached` jeopardy right after the first
+    // success, and only that one (later fallback successes do not re-arm).
+    let first = run
+        .events
+        .iter()
+        .position(|e| {
+            matches!(e, Event::Decision { decision, .. }
+                if decision.outcome == OutcomeClass::Success)
+        })
+        .expect("a success");
+    let jeopardy: Vec<usize> = run
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, Event::Jeopardy { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(jeopardy, [first + 1], "{:?}", run.events);
+    let Event::Jeopardy {
+        reason,
+        reservation_id,
+        proven_until_ns,
+        ..
+    } = &run.events[first + 1]
+    else {
+        unreachable!()
+    };
+    assert_eq!(*reason, JeopardyReason::ProvenUntilReached);
+    assert_eq!(reservation_id, &run.reservation_id);
+    assert_eq!(*proven_until_ns, None);
 }
 
 #[test]

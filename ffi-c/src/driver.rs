@@ -83,7 +83,9 @@ pub enum lb_jeopardy_reason {
     None = 0,
     /// `proven_until_reached`: the driver reached the lease's proven lead
     /// (receipt of its last primary success + that success's `lead_floor`)
-    /// without a newer success.
+    /// without a newer success. On the fallback path (an older server, no
+    /// `remaining_ttl_ms`: nothing proven) it is reported right after the
+    /// first success, once, with `proven_until_ns` 0.
     ProvenUntilReached = 1,
     /// `late_beat`: a scheduled beat was still not sent at its due time plus
     /// the safety margin (the driver is overloaded or stalled).

@@ -8,7 +8,8 @@ import { setMaxListeners } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 
 import { Heartbeat, runHeartbeat, fetchTransport, TransportError, PROVEN_FOREVER_NS, timerSlack } from 'leasebeat'
-import { startServer, API_KEY } from './serve.mjs'
+import { startServer, createBody, API_KEY } from './serve.mjs'
+import { randomUUID } from 'node:crypto'
 
 const CREATE_REQUEST = {
   subject: { tenant: 'acme' },
@@ -297,6 +298,85 @@ describe('runHeartbeat against leasebeat serve', () => {
       }
       const cancelled = stops.filter((s) => s.reason === 'cancelled').length
       assert.ok(server.requests('release').length >= cancelled)
+    } finally {
+      await server.close()
+    }
+  })
+})
+
+describe('runHeartbeat on the fallback path (D-15)', () => {
+  test('an older server (no remaining_ttl_ms): proven_until_reached at once after the first success, once', async () => {
+    const server = await startServer(['--max-lead-ms', '4000', '--omit-remaining'])
+    try {
+      const hb = lease()
+      const ac = new AbortController()
+      const seq = []
+      const jeopardy = []
+      let successes = 0
+      const stop = await runHeartbeat(hb, {
+        baseUrl: server.url,
+        apiKey: API_KEY,
+        signal: ac.signal,
+        finalize: 'release',
+        onDecision: (d) => {
+          seq.push(`decision:${d.outcome}`)
+          if (d.outcome === 'success' && ++successes >= 3) ac.abort()
+        },
+        onJeopardy: (e) => {
+          seq.push(`jeopardy:${e.cause}`)
+          jeopardy.push(e)
+        }
+      })
+      assert.equal(stop.reason, 'cancelled')
+      assert.ok(successes >= 3, seq.join(' '))
+      const first = seq.indexOf('decision:success')
+      const at = seq.flatMap((s, i) => (s.startsWith('jeopardy:') ? [i] : []))
+      assert.deepEqual(at, [first + 1], seq.join(' '))
+      assert.equal(jeopardy[0].event, 'lease_in_jeopardy')
+      assert.equal(jeopardy[0].cause, 'proven_until_reached')
+      assert.equal(jeopardy[0].reservationId, hb.reservationId)
+      assert.equal(jeopardy[0].provenUntil, undefined)
+      assert.ok(server.requests('extend').every((e) => !(e.response ?? '').includes('remaining_ttl_ms')))
+    } finally {
+      await server.close()
+    }
+  })
+
+  test('an adopted fallback create: proven_until_reached at once when the runner starts, once', async () => {
+    const server = await startServer(['--max-lead-ms', '4000', '--omit-remaining'])
+    try {
+      const createKey = randomUUID()
+      const requestBody = createBody(createKey, 4000)
+      const sentAt = performance.now()
+      const res = await fetch(`${server.url}/v1/reservations`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-cycles-api-key': API_KEY, 'x-idempotency-key': createKey },
+        body: requestBody
+      })
+      const body = new Uint8Array(await res.arrayBuffer())
+      const receivedAt = performance.now()
+      const { heartbeat: hb, decision: first } = Heartbeat.adoptCreate(
+        { ttlMs: 4000, requestTimeoutMs: 1000 },
+        { key: createKey, sentAt, receivedAt, requestBody, response: { status: res.status, headers: res.headers, body } }
+      )
+      assert.equal(first.outcome, 'success')
+      assert.equal(first.provenUntilNs, null)
+      const ac = new AbortController()
+      const seq = []
+      let successes = 0
+      await runHeartbeat(hb, {
+        baseUrl: server.url,
+        apiKey: API_KEY,
+        signal: ac.signal,
+        finalize: 'release',
+        onDecision: (d) => {
+          seq.push(`decision:${d.outcome}`)
+          if (d.outcome === 'success' && ++successes >= 2) ac.abort()
+        },
+        onJeopardy: (e) => seq.push(`jeopardy:${e.cause}`)
+      })
+      assert.equal(seq[0], 'jeopardy:proven_until_reached', seq.join(' '))
+      assert.equal(seq.filter((s) => s.startsWith('jeopardy:')).length, 1, seq.join(' '))
     } finally {
       await server.close()
     }

@@ -401,3 +401,60 @@ def test_jeopardy_is_reported_before_a_lapse(serve: Any) -> None:
     assert "proven_until_reached" in causes and "late_beat" in causes, c.jeopardy
     assert all(j.event == "lease_in_jeopardy" and j.reservation_id == c.decisions[0].reservation_id for j in c.jeopardy)
     no_unreported_lapse(server, [c])
+
+
+class Ordered(Collector):
+    """Records decisions and jeopardy in one sequence."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seq: list[str] = []
+
+    def on_decision(self, decision: Decision) -> None:
+        self.seq.append("decision:" + decision.outcome.value)
+        super().on_decision(decision)
+
+    def on_jeopardy(self, event: leasebeat.Jeopardy) -> None:
+        self.seq.append("jeopardy:" + event.cause)
+        super().on_jeopardy(event)
+
+
+def check_fallback_jeopardy(c: Ordered) -> None:
+    """D-15 on the fallback path (an older server, --omit-remaining): nothing
+    is proven, so the lead is reached at once: one proven_until_reached right
+    after the first success, and only that one (later fallback successes do
+    not re-arm it)."""
+    assert c.successes() >= 3
+    first = c.seq.index("decision:success")
+    jeop = [i for i, s in enumerate(c.seq) if s.startswith("jeopardy:")]
+    assert jeop == [first + 1], c.seq
+    (j,) = c.jeopardy
+    assert j.cause == "proven_until_reached" and j.event == "lease_in_jeopardy"
+    assert j.proven_until_ns is None and j.reservation_id == c.decisions[0].reservation_id
+
+
+def test_fallback_reports_jeopardy_at_once_thread(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL), "--omit-remaining")
+    c = Ordered()
+    r = leasebeat.run(hb(), UrllibTransport(server.url, server.api_key), listener=c, release_on_stop=True)
+    c.wait_for(lambda c: c.successes() >= 3 or bool(c.stops))
+    finish(r)
+    check_fallback_jeopardy(c)
+
+
+def test_fallback_reports_jeopardy_at_once_asyncio(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL), "--omit-remaining")
+    c = Ordered()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(
+            leasebeat.aio.run(hb(), AsyncUrllibTransport(server.url, server.api_key), listener=c, release_on_stop=True)
+        )
+        while c.successes() < 3 and not task.done():
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    check_fallback_jeopardy(c)

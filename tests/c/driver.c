@@ -167,13 +167,14 @@ static int is_proven_reached(const rec *x, lb_lease_id lease) {
            x->info.jeopardy == LB_JEOPARDY_REASON_PROVEN_UNTIL_REACHED;
 }
 
-/* Waits (bounded) until an event matches; returns its index or -1. */
-static long wait_for(recorder *r, pred p, lb_lease_id lease) {
+/* Waits (bounded) until an event at index `from` or later matches; returns
+   its index or -1. */
+static long wait_from(recorder *r, pred p, lb_lease_id lease, size_t from) {
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += WAIT_SECONDS;
     long found = -1;
-    size_t seen = 0;
+    size_t seen = from;
     pthread_mutex_lock(&r->mu);
     for (;;) {
         for (; seen < r->count; seen++)
@@ -186,6 +187,11 @@ static long wait_for(recorder *r, pred p, lb_lease_id lease) {
     }
     pthread_mutex_unlock(&r->mu);
     return found;
+}
+
+/* Waits (bounded) until an event matches; returns its index or -1. */
+static long wait_for(recorder *r, pred p, lb_lease_id lease) {
+    return wait_from(r, p, lease, 0);
 }
 
 /* Every recorded event passed its accessor checks, and every lease's events
@@ -609,7 +615,48 @@ static void test_driver_jeopardy(const char *url) {
     recorder_free(&r);
 }
 
-void run_driver_tests(const char *server_url) {
+/* D-15 on the fallback path (a server run with --omit-remaining: an older
+   server, nothing proven): PROVEN_UNTIL_REACHED right after the first
+   success (with proven_until_ns 0: none), and only once while the lease goes
+   on extending on the fallback path. */
+static void test_driver_fallback_jeopardy(const char *url) {
+    recorder r;
+    recorder_init(&r);
+    lb_driver *d = NULL;
+    EXPECT(lb_driver_new(url, "c-test-key", 2, on_event, &r, &d), LB_STATUS_OK);
+    if (!d) {
+        recorder_free(&r);
+        return;
+    }
+    lb_config *cfg = config(4000, 1000);
+    lb_lease_id a = 0;
+    EXPECT(lb_driver_start(d, cfg, &a), LB_STATUS_OK);
+    long created = wait_for(&r, is_create_ok, a);
+    long proven = wait_for(&r, is_proven_reached, a);
+    CHECK(created >= 0 && proven == created + 1);
+    /* Two fallback extensions: neither re-arms the report. */
+    long e1 = wait_for(&r, is_extend_ok, a);
+    CHECK(e1 > proven);
+    long e2 = e1 >= 0 ? wait_from(&r, is_extend_ok, a, (size_t)e1 + 1) : -1;
+    CHECK(e2 > e1);
+    EXPECT(lb_driver_cancel(d, a), LB_STATUS_OK);
+    CHECK(wait_for(&r, is_stopped, a) >= 0);
+    lb_driver_free(d);
+    check_recording(&r, "fallback jeopardy");
+    size_t jeopardies = 0;
+    for (size_t i = 0; i < r.count; i++) {
+        if (r.items[i].info.kind != LB_EVENT_KIND_JEOPARDY) continue;
+        jeopardies++;
+        CHECK(r.items[i].info.jeopardy == LB_JEOPARDY_REASON_PROVEN_UNTIL_REACHED);
+        CHECK(r.items[i].info.proven_until_ns == 0 && r.items[i].info.has_reservation_id);
+    }
+    CHECK(jeopardies == 1);
+    CHECK(count_stops(&r, a) == 1);
+    lb_config_free(cfg);
+    recorder_free(&r);
+}
+
+void run_driver_tests(const char *server_url, const char *fallback_url) {
     test_for_reservation();
     test_driver_refusals();
     if (server_url) {
@@ -618,5 +665,11 @@ void run_driver_tests(const char *server_url) {
         printf("ok driver tests against %s\n", server_url);
     } else {
         printf("skipped: the live driver tests (no --server URL)\n");
+    }
+    if (fallback_url) {
+        test_driver_fallback_jeopardy(fallback_url);
+        printf("ok driver fallback test against %s\n", fallback_url);
+    } else {
+        printf("skipped: the driver fallback test (no --fallback-server URL)\n");
     }
 }

@@ -36,7 +36,7 @@ int headers_from_json(header_list *h, const struct cJSON *obj);
 void run_api_tests(void);
 
 /** The driver tests (driver.c); the live ones only with a server URL. */
-void run_driver_tests(const char *server_url);
+void run_driver_tests(const char *server_url, const char *fallback_url);
 
 /** The adopt and decision-instants tests (adopt.c); the live one only with a
  *  server URL and the server's --log file. */

@@ -932,6 +932,7 @@ int main(int argc, char **argv) {
     const char *rust_emit = NULL;
     const char *server = NULL;
     const char *server_log = NULL;
+    const char *fallback_server = NULL;
     int first = 1;
     for (;;) {
         if (argc >= first + 2 && strcmp(argv[first], "--compare-emitted") == 0) {
@@ -939,6 +940,9 @@ int main(int argc, char **argv) {
             first += 2;
         } else if (argc >= first + 2 && strcmp(argv[first], "--server") == 0) {
             server = argv[first + 1];
+            first += 2;
+        } else if (argc >= first + 2 && strcmp(argv[first], "--fallback-server") == 0) {
+            fallback_server = argv[first + 1];
             first += 2;
         } else if (argc >= first + 2 && strcmp(argv[first], "--server-log") == 0) {
             server_log = argv[first + 1];
@@ -948,7 +952,7 @@ int main(int argc, char **argv) {
         }
     }
     run_api_tests();
-    run_driver_tests(server);
+    run_driver_tests(server, fallback_server);
     run_adopt_tests(server, server_log);
     for (int i = first; i < argc; i++) replay_file(argv[i]);
     if (rust_emit) compare_with_rust(rust_emit);

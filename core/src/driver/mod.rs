@@ -72,7 +72,8 @@
 //! beats of live leases go first (earliest due first), and creates are sent
 //! only while fewer than `max_workers` attempts are outstanding. Whatever
 //! the load, a lease reports [`Event::Jeopardy`] the moment it reaches its
-//! proven lead without a newer success (`proven_until_reached`) and the
+//! proven lead without a newer success (`proven_until_reached`; on the
+//! fallback path, which proves nothing, right after its first success) and the
 //! moment its scheduled beat is later than due by more than the safety
 //! margin (`late_beat`): no lease lapses on the server without a stop or a
 //! jeopardy event first.
@@ -290,7 +291,10 @@ pub struct AttemptReport {
 pub enum JeopardyReason {
     /// The driver reached the lease's `proven_until` (the receipt of its
     /// last primary success plus that success's `lead_floor`) without a
-    /// newer success.
+    /// newer success. Also reported at once (once) when, after the lease's
+    /// first success, a decision carries no `proven_until` (the fallback
+    /// path, an older server without `remaining_ttl_ms`, proves nothing):
+    /// as if its `proven_until` were 0.
     ProvenUntilReached,
     /// A scheduled beat was still not sent at its due time plus the safety
     /// margin (the driver is overloaded or was stalled).
@@ -361,7 +365,7 @@ pub enum Event {
         /// Due time of the lease's scheduled beat, if one is scheduled.
         due_ns: Option<u64>,
         /// The lease's `proven_until` (driver clock, ns; `u64::MAX` is
-        /// +infinity), if any.
+        /// +infinity), if any: `None` on the fallback path (nothing proven).
         proven_until_ns: Option<u64>,
     },
     /// The core refused an input the driver gave it (a driver bug, or a

@@ -7,9 +7,10 @@
 //! * the **beat heap** holds each lease's next extend, keyed by its due time
 //!   (fired early by the measured timer slack);
 //! * the **watch heap** holds the jeopardy checks (D-15), keyed by the exact
-//!   instant they apply: `proven_until` of the last primary success, and
-//!   `due + safety_margin` of the scheduled beat (a beat not sent by then is
-//!   late).
+//!   instant they apply: `proven_until` of the last primary success (0,
+//!   i.e. at once, for a fallback decision after the first success: the
+//!   fallback path proves nothing), and `due + safety_margin` of the
+//!   scheduled beat (a beat not sent by then is late).
 //!
 //! Every entry carries a generation number; an entry whose generation no
 //! longer matches its lease's (a newer decision, a stop) is dropped when it
@@ -166,10 +167,41 @@ struct Slot {
     margin_ms: u64,
     /// D-15: the proven lead of the last primary success, if any.
     proven_until_ns: Option<u64>,
+    /// The instant the `proven_until_reached` watch is armed for: the
+    /// decision's `proven_until`, or 0 for a decision without one after the
+    /// lease's first success (the fallback path proves nothing, so its proven
+    /// lead is already reached).
+    proven_watch_ns: Option<u64>,
+    /// The lease has had its first success.
+    succeeded: bool,
     /// A `late_beat` jeopardy was reported for the scheduled send.
     late_reported: bool,
     /// A `proven_until_reached` jeopardy was reported for `proven_until_ns`.
     proven_reported: bool,
+}
+
+impl Slot {
+    /// D-15 is the core's: the driver only watches the instant a decision
+    /// carries. After the lease's first success, a decision without one
+    /// (the fallback path: it proves nothing) counts as proven until 0, i.e.
+    /// reached at once. A newer primary success (or a changed instant)
+    /// re-arms the watch; a failure, a cancel or another fallback decision
+    /// leaves it as it was (reported once). Returns the instant to watch and
+    /// its generation when re-armed.
+    fn rearm_proven(&mut self, success: bool, proven: Option<u64>) -> Option<(u64, u32)> {
+        self.succeeded |= success;
+        let watch_at = proven.or(self.succeeded.then_some(0));
+        if !(success && proven.is_some()) && watch_at == self.proven_watch_ns {
+            return None;
+        }
+        self.proven_gen = self.proven_gen.wrapping_add(1);
+        self.proven_until_ns = proven;
+        self.proven_watch_ns = watch_at;
+        self.proven_reported = false;
+        watch_at
+            .filter(|p| *p != u64::MAX)
+            .map(|p| (p, self.proven_gen))
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -329,21 +361,33 @@ impl Timer {
                     Action::Send(a) => a.kind,
                     _ => AttemptKind::Create,
                 };
-                self.leases.insert(
-                    lease,
-                    Slot {
-                        base,
-                        hb: *hb,
-                        in_flight: None,
-                        send_gen: 0,
-                        proven_gen: 0,
-                        due_ns,
-                        margin_ms: DEFAULT_MARGIN_MS,
-                        proven_until_ns: None,
-                        late_reported: false,
-                        proven_reported: false,
-                    },
-                );
+                // A heartbeat that already decided (an adopted create): its
+                // last decision seeds the proven_until watch.
+                let seed = hb
+                    .last_decision()
+                    .filter(|d| d.stop_reason().is_none())
+                    .map(|d| (d.outcome == OutcomeClass::Success, d.proven_until_ns));
+                let mut slot = Slot {
+                    base,
+                    hb: *hb,
+                    in_flight: None,
+                    send_gen: 0,
+                    proven_gen: 0,
+                    due_ns,
+                    margin_ms: DEFAULT_MARGIN_MS,
+                    proven_until_ns: None,
+                    proven_watch_ns: None,
+                    succeeded: false,
+                    late_reported: false,
+                    proven_reported: false,
+                };
+                if let Some(w) =
+                    seed.and_then(|(success, proven)| slot.rearm_proven(success, proven))
+                {
+                    self.watches
+                        .push(Reverse((w.0, Watch::Proven, lease.0, w.1)));
+                }
+                self.leases.insert(lease, slot);
                 self.schedule_send(lease, kind, Some(due_ns));
             }
             Command::Cancel(lease) => self.cancel(lease),
@@ -655,18 +699,10 @@ impl Timer {
                 if let Some(m) = num_ms(decision.numbers.safety_margin) {
                     slot.margin_ms = m;
                 }
-                // D-15 is the core's: the driver only watches the instant the
-                // decision carries. A newer success (or a changed instant)
-                // re-arms the watch; a failure or cancel leaves it as it was.
-                let proven = decision.proven_until_ns;
-                if decision.outcome == OutcomeClass::Success || proven != slot.proven_until_ns {
-                    slot.proven_gen = slot.proven_gen.wrapping_add(1);
-                    slot.proven_until_ns = proven;
-                    slot.proven_reported = false;
-                    if let Some(p) = proven.filter(|p| *p != u64::MAX) {
-                        self.watches
-                            .push(Reverse((p, Watch::Proven, lease.0, slot.proven_gen)));
-                    }
+                let success = decision.outcome == OutcomeClass::Success;
+                if let Some(w) = slot.rearm_proven(success, decision.proven_until_ns) {
+                    self.watches
+                        .push(Reverse((w.0, Watch::Proven, lease.0, w.1)));
                 }
             }
             if let Next::Send(kind) = decision.next {
@@ -693,5 +729,53 @@ impl Timer {
                 at_ns: observed_ns,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot() -> Slot {
+        Slot {
+            base: Arc::from("http://127.0.0.1:1"),
+            hb: Heartbeat::new(crate::Config::new(4_000, Some(1_000))).unwrap(),
+            in_flight: None,
+            send_gen: 0,
+            proven_gen: 0,
+            due_ns: 0,
+            margin_ms: DEFAULT_MARGIN_MS,
+            proven_until_ns: None,
+            proven_watch_ns: None,
+            succeeded: false,
+            late_reported: false,
+            proven_reported: false,
+        }
+    }
+
+    /// D-15: the proven_until watch's re-arm rule, fallback path included.
+    #[test]
+    fn proven_watch_rearms_on_a_new_lead_and_reaches_at_once_on_the_fallback_path() {
+        let mut s = slot();
+        // Before any success nothing is watched (a failed create).
+        assert_eq!(s.rearm_proven(false, None), None);
+        // First success on the fallback path: proven until 0, reached at once.
+        assert_eq!(s.rearm_proven(true, None), Some((0, 1)));
+        s.proven_reported = true;
+        // Later fallback decisions (successes or failures): not re-armed.
+        assert_eq!(s.rearm_proven(true, None), None);
+        assert_eq!(s.rearm_proven(false, None), None);
+        assert!(s.proven_reported);
+        // A primary success re-arms at its instant; a retry keeps it.
+        assert_eq!(s.rearm_proven(true, Some(5_000)), Some((5_000, 2)));
+        assert!(!s.proven_reported);
+        assert_eq!(s.rearm_proven(false, Some(5_000)), None);
+        assert_eq!(s.rearm_proven(true, Some(7_000)), Some((7_000, 3)));
+        // Back on the fallback path: reached at once again.
+        assert_eq!(s.rearm_proven(true, None), Some((0, 4)));
+        assert_eq!(s.proven_until_ns, None);
+        // +infinity is never reached: re-armed, nothing to watch.
+        assert_eq!(s.rearm_proven(true, Some(u64::MAX)), None);
+        assert_eq!(s.proven_gen, 5);
     }
 }

@@ -24,6 +24,7 @@ from ._leasebeat import (
     AttemptKind,
     Decision,
     Heartbeat,
+    OutcomeClass,
     TransportFailure,
     attempt_budget,
     safety_margin,
@@ -98,8 +99,10 @@ class Jeopardy:
     """D-15 ``lease_in_jeopardy``: reported at once, before the server says anything.
 
     ``cause`` is "proven_until_reached" (the lease reached ``proven_until_ns``
-    without a newer success) or "late_beat" (a beat went out later than due by
-    more than the safety margin).
+    without a newer success; also at once, with ``proven_until_ns`` None, on
+    the fallback path after the first success: an older server's answers prove
+    nothing) or "late_beat" (a beat went out later than due by more than the
+    safety margin).
     """
 
     event: str
@@ -198,27 +201,48 @@ class _Slack:
 
 
 class _Jeopardy:
-    """Reports jeopardy once per proven_until instant and per late beat."""
+    """Reports jeopardy once per proven_until instant and per late beat.
+
+    After the lease's first success, a decision without ``proven_until_ns``
+    (the fallback path: an older server, nothing proven) counts as proven
+    until 0: reported at once, once, and re-armed when a later decision
+    carries a different instant (a primary success)."""
 
     def __init__(self, listener: Listener | None) -> None:
         self.listener = listener
-        self.reported_until: int | None = None
+        self.succeeded = False
+        self.armed_for: int | None = None
+        self.reported = False
 
     def proven_until(self, hb: Heartbeat) -> int | None:
         d = hb.last_decision
         pu = d.proven_until_ns if d is not None else None
-        if pu is None or pu == INFINITE_NS or pu == self.reported_until:
+        if d is not None and d.outcome is OutcomeClass.SUCCESS:
+            self.succeeded = True
+        if pu is None and self.succeeded:
+            pu = 0  # the fallback path proves nothing: the lead is reached
+        if pu != self.armed_for:
+            self.armed_for, self.reported = pu, False
+        if pu is None or pu == INFINITE_NS or self.reported:
             return None
         return pu
 
     def check(self, hb: Heartbeat, now_ns: int, due_ns: int | None) -> None:
         pu = self.proven_until(hb)
         if pu is not None and now_ns >= pu:
-            self.reported_until = pu
+            self.reported = True
+            d = hb.last_decision
             call_listener(
                 self.listener,
                 "on_jeopardy",
-                Jeopardy("lease_in_jeopardy", hb.reservation_id, "proven_until_reached", now_ns, pu, due_ns),
+                Jeopardy(
+                    "lease_in_jeopardy",
+                    hb.reservation_id,
+                    "proven_until_reached",
+                    now_ns,
+                    d.proven_until_ns if d is not None else None,
+                    due_ns,
+                ),
             )
 
     def late(self, hb: Heartbeat, now_ns: int, due_ns: int) -> None:

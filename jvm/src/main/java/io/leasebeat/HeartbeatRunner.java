@@ -60,7 +60,10 @@ import java.util.concurrent.atomic.AtomicInteger;
  *
  * {@link Listener#onJeopardy} is called at once when the lease reaches its proven lead ({@link
  * Decision#provenUntil()}, D-15) with no newer success, and when a beat goes out later than due by
- * more than the safety margin (a starved executor, a suspended machine).
+ * more than the safety margin (a starved executor, a suspended machine). On the fallback path (an
+ * older server without {@code remaining_ttl_ms}) nothing is proven: right after the first success
+ * the runner reports {@link Jeopardy.Kind#PROVEN_LEAD_REACHED} at once (with no {@code
+ * provenUntilNanoTime}), once; a later decision with a different proven lead re-arms it.
  *
  * <h2>Stopping</h2>
  *
@@ -129,7 +132,7 @@ public final class HeartbeatRunner implements AutoCloseable {
    * @param kind why
    * @param reservationId the reservation, once known
    * @param atNanoTime when it was noticed ({@link System#nanoTime()})
-   * @param provenUntilNanoTime the proven lead it concerns, if any
+   * @param provenUntilNanoTime the proven lead it concerns, if any (none on the fallback path)
    * @param lateByNanos for {@link Kind#BEAT_LATE}: how much later than due the beat went out; 0
    *     otherwise
    */
@@ -141,7 +144,10 @@ public final class HeartbeatRunner implements AutoCloseable {
       long lateByNanos) {
     /** Why a lease is in jeopardy. */
     public enum Kind {
-      /** The lease reached its proven lead without a newer success. */
+      /**
+       * The lease reached its proven lead without a newer success (on the fallback path, which
+       * proves nothing: right after the first success).
+       */
       PROVEN_LEAD_REACHED,
       /** A beat went out later than due by more than the safety margin. */
       BEAT_LATE
@@ -281,6 +287,7 @@ public final class HeartbeatRunner implements AutoCloseable {
   private ScheduledFuture<?> deadlineTimer;
   private ScheduledFuture<?> jeopardyTimer;
   private Optional<Num> armedProvenUntil = Optional.empty();
+  private boolean succeeded;
   private Decision last;
 
   private HeartbeatRunner(Builder b) {
@@ -597,24 +604,33 @@ public final class HeartbeatRunner implements AutoCloseable {
   }
 
   private void armJeopardy(Decision d) {
-    if (d.provenUntil().equals(armedProvenUntil)) {
-      return; // the same proven lead: a retry, no newer success
+    if (d.outcome() == OutcomeClass.SUCCESS) {
+      succeeded = true;
     }
-    armedProvenUntil = d.provenUntil();
+    // D-15: after the first success, a decision without provenUntil (the fallback path: an older
+    // server, nothing proven) counts as proven until 0: the lead is already reached.
+    boolean fallback = d.provenUntil().isEmpty() && succeeded;
+    Optional<Num> key = fallback ? Optional.of(Num.of(0)) : d.provenUntil();
+    if (key.equals(armedProvenUntil)) {
+      return; // the same proven lead: a retry, or another fallback decision, no newer success
+    }
+    armedProvenUntil = key;
     if (jeopardyTimer != null) {
       jeopardyTimer.cancel(false);
       jeopardyTimer = null;
     }
+    if (fallback) {
+      jeopardyTimer = later(() -> provenLeadReached(key, OptionalLong.empty()), 0);
+      return;
+    }
     OptionalLong at = d.provenUntilNanoTime();
     if (at.isEmpty()) {
-      return; // nothing proven (fallback) or +infinity
+      return; // nothing proven yet (before the first success) or +infinity
     }
-    Optional<Num> armed = armedProvenUntil;
-    jeopardyTimer =
-        later(() -> provenLeadReached(armed, at.getAsLong()), at.getAsLong() - System.nanoTime());
+    jeopardyTimer = later(() -> provenLeadReached(key, at), at.getAsLong() - System.nanoTime());
   }
 
-  private synchronized void provenLeadReached(Optional<Num> armed, long provenUntilNanoTime) {
+  private synchronized void provenLeadReached(Optional<Num> armed, OptionalLong provenUntilNanoTime) {
     if (stopped || stopRequested || !armed.equals(armedProvenUntil)) {
       return;
     }
@@ -623,7 +639,7 @@ public final class HeartbeatRunner implements AutoCloseable {
             Jeopardy.Kind.PROVEN_LEAD_REACHED,
             hb.reservationId(),
             System.nanoTime(),
-            OptionalLong.of(provenUntilNanoTime),
+            provenUntilNanoTime,
             0));
   }
 

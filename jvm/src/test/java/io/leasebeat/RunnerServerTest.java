@@ -17,6 +17,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.OptionalLong;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
@@ -43,6 +44,8 @@ class RunnerServerTest {
     final AtomicReference<Optional<String>> stopId = new AtomicReference<>();
     final List<String> finalized = Collections.synchronizedList(new ArrayList<>());
     final List<String> violations = Collections.synchronizedList(new ArrayList<>());
+    /** Decisions ({@code decision:<outcome>}) and jeopardies ({@code jeopardy:<kind>}) in order. */
+    final List<String> seq = Collections.synchronizedList(new ArrayList<>());
 
     @Override
     public void onDecision(Optional<String> reservationId, Decision decision) {
@@ -50,11 +53,13 @@ class RunnerServerTest {
         violations.add("a decision after the stop: " + decision.toJson());
       }
       decisions.add(decision);
+      seq.add("decision:" + decision.outcome().wire());
     }
 
     @Override
     public void onJeopardy(HeartbeatRunner.Jeopardy jeopardy) {
       jeopardies.add(jeopardy);
+      seq.add("jeopardy:" + jeopardy.kind());
     }
 
     @Override
@@ -166,6 +171,35 @@ class RunnerServerTest {
       assertTrue(ext.values().iterator().next().size() >= 3);
       assertEquals(1, serve.requests("release").size());
       assertEquals(rec.stopId.get().orElseThrow(), ext.keySet().iterator().next());
+    }
+  }
+
+  /**
+   * D-15 on the fallback path (an older server, no remaining_ttl_ms): nothing is proven, so the
+   * lead is reached at once: one PROVEN_LEAD_REACHED right after the first success, and only that
+   * one (later fallback successes do not re-arm it).
+   */
+  @Test
+  void fallbackReportsJeopardyAtOnceAfterTheFirstSuccess() throws Exception {
+    try (ServeProcess serve = ServeProcess.start("--omit-remaining")) {
+      Recorder rec = runLease(serve, 4_000, 1_000, 3);
+      List<String> seq;
+      synchronized (rec.seq) {
+        seq = new ArrayList<>(rec.seq);
+      }
+      int first = seq.indexOf("decision:success");
+      List<Integer> at = new ArrayList<>();
+      for (int i = 0; i < seq.size(); i++) {
+        if (seq.get(i).startsWith("jeopardy:")) {
+          at.add(i);
+        }
+      }
+      assertEquals(List.of(first + 1), at, seq::toString);
+      HeartbeatRunner.Jeopardy j = rec.jeopardies.get(0);
+      assertEquals(HeartbeatRunner.Jeopardy.Kind.PROVEN_LEAD_REACHED, j.kind());
+      assertEquals(OptionalLong.empty(), j.provenUntilNanoTime());
+      assertEquals(rec.stopId.get(), j.reservationId());
+      assertTrue(rec.decisions.stream().anyMatch(d -> d.mode().orElse(null) == Mode.FALLBACK));
     }
   }
 
