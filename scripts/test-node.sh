@@ -60,9 +60,12 @@ cp -R node/__test__ "$proj/__test__"
 
 echo "==> node --test against the installed package"
 log="$work/node-test.tap"
+# --test-timeout: a test that hangs (e.g. a runner awaiting an outcome that never comes)
+# fails after 5 minutes instead of holding CI until its own limit.
 status=0
 (cd "$proj" && LEASEBEAT_VECTORS_DIR="$repo/tests/vectors" LEASEBEAT_EXPECT_INSTALLED=1 \
-  LEASEBEAT_BIN="$server_bin" node --test __test__/*.test.mjs __test__/*.test.cjs) >"$log" 2>&1 || status=$?
+  LEASEBEAT_BIN="$server_bin" node --test --test-timeout=300000 __test__/*.test.mjs __test__/*.test.cjs) \
+  >"$log" 2>&1 || status=$?
 if [ "$status" -ne 0 ]; then
   grep -n -A30 '^not ok\|^    not ok' "$log" | head -200 || true
 fi

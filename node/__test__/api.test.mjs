@@ -301,6 +301,22 @@ describe('an existing reservation (Heartbeat.forReservation)', () => {
     throwsCode(() => Heartbeat.forReservation('\u{1F600}'.repeat(129), opts), RangeError, INVALID, /reservationId/)
   })
 
+  test('lone surrogates are refused, never replaced by U+FFFD', () => {
+    const opts = { ttlMs: 60000, requestTimeoutMs: 10000 }
+    const lone = /lone surrogate/
+    throwsCode(() => Heartbeat.forReservation('rsv-\uD800', opts), TypeError, INVALID, lone)
+    throwsCode(() => Heartbeat.forReservation('\uDC00rsv', opts), TypeError, INVALID, lone)
+    throwsCode(() => new Heartbeat({ ...opts, keyPrefix: 'k\uD83D' }), TypeError, INVALID, lone)
+    throwsCode(
+      () => new Heartbeat({ ...opts, createRequest: { subject: { tenant: 't\uDFFF' } } }),
+      TypeError,
+      INVALID,
+      lone
+    )
+    // A well-formed pair is one character and is kept exactly.
+    assert.equal(Heartbeat.forReservation('rsv-\uD83D\uDE00', opts).reservationId, 'rsv-\u{1F600}')
+  })
+
   test('bad reservation ids', () => {
     const opts = { ttlMs: 60000, requestTimeoutMs: 10000 }
     throwsCode(() => Heartbeat.forReservation('', opts), RangeError, INVALID, /reservationId must be 1\.\.=128 characters, got 0/)

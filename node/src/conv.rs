@@ -7,7 +7,7 @@
 
 use leasebeat as lb;
 use napi::bindgen_prelude::*;
-use napi::{JsValue, ValueType};
+use napi::{JsString, JsValue, ValueType};
 use serde_json::{Map, Value};
 
 use crate::errors::{Fail, R};
@@ -51,6 +51,22 @@ fn read<T: FromNapiValue>(v: &Unknown<'_>, what: &str) -> R<T> {
     // SAFETY: every caller checked the value's type first, and `T`'s
     // conversion validates again where napi can fail.
     unsafe { v.cast::<T>() }.map_err(|e| napi_fail(what, &e))
+}
+
+/// A string (type already checked), read as UTF-16 so that a lone surrogate
+/// is refused with a `TypeError` instead of becoming U+FFFD (napi's UTF-8
+/// conversion would silently turn it into a different string, e.g. another
+/// reservation id).
+fn text(v: &Unknown<'_>, what: &str) -> R<String> {
+    let s = read::<JsString<'_>>(v, what)?;
+    let units = s.into_utf16().map_err(|e| napi_fail(what, &e))?;
+    // napi's buffer ends with the NUL terminator it wrote.
+    let units = units.as_slice().split_last().map_or(&[][..], |(_, text)| text);
+    String::from_utf16(units).map_err(|_| {
+        Fail::ty(format!(
+            "{what} holds a lone surrogate (an unpaired UTF-16 code unit): it is not valid Unicode text"
+        ))
+    })
 }
 
 /// A number as `f64` (type already checked).
@@ -207,7 +223,7 @@ pub fn signed_ms(v: &Unknown<'_>, what: &str) -> R<i128> {
 /// A string.
 pub fn string(v: &Unknown<'_>, what: &str) -> R<String> {
     match type_of(v, what)? {
-        ValueType::String => read::<String>(v, what),
+        ValueType::String => text(v, what),
         t => Err(Fail::ty(format!(
             "{what} must be a string, got {}",
             describe(t)
@@ -314,7 +330,7 @@ pub fn json(v: &Unknown<'_>, what: &str, depth: usize) -> R<Value> {
     match type_of(v, what)? {
         ValueType::Null => Ok(Value::Null),
         ValueType::Boolean => read::<bool>(v, what).map(Value::Bool),
-        ValueType::String => read::<String>(v, what).map(Value::String),
+        ValueType::String => text(v, what).map(Value::String),
         ValueType::Number => {
             let n = number(v, what)?;
             if !n.is_finite() {
@@ -377,7 +393,7 @@ fn body_bytes(v: &Unknown<'_>, what: &str) -> R<Vec<u8>> {
     let t = type_of(v, what)?;
     let err = |e: Error| napi_fail(what, &e);
     if t == ValueType::String {
-        return Ok(read::<String>(v, what)?.into_bytes());
+        return Ok(text(v, what)?.into_bytes());
     }
     if t == ValueType::Object {
         if v.is_typedarray().map_err(err)? {
@@ -569,7 +585,7 @@ pub fn header_values(v: Option<&Unknown<'_>>, what: &str) -> R<Vec<String>> {
     let t = type_of(v, what)?;
     match t {
         ValueType::Undefined | ValueType::Null => Ok(Vec::new()),
-        ValueType::String => Ok(vec![read::<String>(v, what)?]),
+        ValueType::String => Ok(vec![text(v, what)?]),
         ValueType::Object if v.is_array().map_err(|e| napi_fail(what, &e))? => {
             let a = read::<Array<'_>>(v, what)?;
             let mut out = Vec::with_capacity(a.len() as usize);
