@@ -61,7 +61,10 @@ fn text(v: &Unknown<'_>, what: &str) -> R<String> {
     let s = read::<JsString<'_>>(v, what)?;
     let units = s.into_utf16().map_err(|e| napi_fail(what, &e))?;
     // napi's buffer ends with the NUL terminator it wrote.
-    let units = units.as_slice().split_last().map_or(&[][..], |(_, text)| text);
+    let units = units
+        .as_slice()
+        .split_last()
+        .map_or(&[][..], |(_, text)| text);
     String::from_utf16(units).map_err(|_| {
         Fail::ty(format!(
             "{what} holds a lone surrogate (an unpaired UTF-16 code unit): it is not valid Unicode text"
