@@ -165,23 +165,39 @@ class _Reporter:
         self.clamp_warned = False
         self.proven_until_ns: int | None = None
         self.reported_proven: int | None = None
+        self.succeeded = False
 
-    def jeopardy(self, hb: leasebeat.Heartbeat, now_ns: int) -> None:
+    def jeopardy(self, hb: leasebeat.Heartbeat | None, now_ns: int) -> None:
         """D-15: report ``lease_in_jeopardy`` once per proven instant the
         heartbeat reaches without a newer success (checked at every wake-up
         and every outcome; it never changes the schedule)."""
         proven = self.proven_until_ns
         if proven is not None and now_ns >= proven and proven != self.reported_proven:
             self.reported_proven = proven
-            logger.warning(
-                "Heartbeat lease_in_jeopardy: id=%s, proven lead ran out %.0fms ago",
-                self.rid,
-                (now_ns - proven) / NS_PER_MS,
-            )
+            if proven == 0:
+                logger.warning(
+                    "Heartbeat lease_in_jeopardy: id=%s, the server's answers prove no lead "
+                    "(no remaining_ttl_ms: fallback schedule)",
+                    self.rid,
+                )
+            else:
+                logger.warning(
+                    "Heartbeat lease_in_jeopardy: id=%s, proven lead ran out %.0fms ago",
+                    self.rid,
+                    (now_ns - proven) / NS_PER_MS,
+                )
 
     def decision(self, d: leasebeat.Decision, response: CyclesResponse | None, exc: BaseException | None) -> None:
+        if d.outcome is not None and d.outcome.value == "success":
+            self.succeeded = True
         if d.proven_until_ns is not None:
             self.proven_until_ns = d.proven_until_ns
+        elif self.succeeded:
+            # The fallback path (an older server, no remaining_ttl_ms) proves
+            # nothing: in jeopardy at once, reported once (as leasebeat's own
+            # runners do), re-armed by a primary success's proven instant.
+            self.proven_until_ns = 0
+            self.jeopardy(None, 0)
         rid = self.rid
         if d.is_stop:
             disposition = d.reason.value if d.reason is not None else "stop"

@@ -153,3 +153,30 @@ def test_async_decorated_function_outlives_its_lease(
     assert asyncio.run(main()) == "done"
     check(server, fault)
     check_logged(caplog)
+
+
+def test_fallback_server_is_reported_in_jeopardy_once(serve: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """An older server (no ``remaining_ttl_ms``): the fallback schedule proves
+    no lead, so the heartbeat logs ``lease_in_jeopardy`` once, right after the
+    first success (D-15, as leasebeat's own runners do), and keeps the lease
+    alive."""
+    caplog.set_level(logging.DEBUG, logger="runcycles.lifecycle")
+    server = serve("--omit-remaining")
+    client = CyclesClient(config(server.url))
+
+    @cycles(estimate=100, action_kind="llm.completion", action_name="test", ttl_ms=TTL, client=client)
+    def long_work() -> str:
+        time.sleep(WORK_S)
+        return "done"
+
+    assert long_work() == "done"
+    log = server.log()
+    detail = json.dumps(log, indent=None)[:4000]
+    assert [e for e in log if e.get("event") == "lapse"] == [], f"lapse: {detail}"
+    commits = [e for e in log if e.get("event") == "request" and e.get("endpoint") == "commit"]
+    assert len(commits) == 1 and commits[0].get("status") == 200, f"the lease did not survive: {detail}"
+    extends = [e for e in log if e.get("event") == "request" and e.get("endpoint") == "extend"]
+    assert extends, detail
+    jeopardy = [r.getMessage() for r in caplog.records if "lease_in_jeopardy" in r.getMessage()]
+    assert len(jeopardy) == 1, jeopardy
+    assert "prove no lead" in jeopardy[0] and "id=rsv-" in jeopardy[0], jeopardy
