@@ -1,0 +1,56 @@
+//! Benchmark support (cargo feature `bench`, built only by
+//! `scripts/bench-python.sh`; never in the published wheel): the core's
+//! primary decision timed in a Rust loop inside the same process, so the
+//! Python figure and the core figure come from the same build and run.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use leasebeat::{Config, Heartbeat, Response, SequentialKeys};
+use pyo3::prelude::*;
+
+const MS: u64 = 1_000_000;
+const CREATE: &[u8] = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:acme"],"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}"#;
+const EXTEND: &[u8] =
+    br#"{"status":"ACTIVE","expires_at_ms":1785585720000,"remaining_ttl_ms":60000}"#;
+
+/// `core/benches/heartbeat.rs`'s fixture: create ok, first extend in flight.
+fn in_flight(uuid: bool) -> Option<(Heartbeat, u64)> {
+    let config = Config::new(60_000, Some(10_000));
+    let mut hb = if uuid {
+        Heartbeat::new(config)
+    } else {
+        Heartbeat::with_key_source(config, Box::new(SequentialKeys::new("k")))
+    }
+    .ok()?;
+    let id = hb.attempt()?.id;
+    hb.handle_sent(id, 0).ok()?;
+    hb.handle_response(id, Response::new(200).body(CREATE), 1_500 * MS)
+        .ok()?;
+    let id = hb.attempt()?.id;
+    hb.handle_sent(id, 38_500 * MS).ok()?;
+    Some((hb, id))
+}
+
+/// ns per core decision (handle_response of the 200 extend body, then
+/// poll_action) over `n` fresh in-flight heartbeats built before the clock starts.
+#[pyfunction]
+#[pyo3(name = "_bench_core_decision")]
+pub fn bench_core_decision(n: usize, uuid: bool) -> PyResult<f64> {
+    let mut states = Vec::with_capacity(n);
+    for _ in 0..n.max(1) {
+        states
+            .push(in_flight(uuid).ok_or_else(|| {
+                pyo3::exceptions::PyRuntimeError::new_err("bench fixture failed")
+            })?);
+    }
+    let t0 = Instant::now();
+    for (hb, id) in &mut states {
+        let d = hb.handle_response(*id, Response::new(200).body(black_box(EXTEND)), 38_600 * MS);
+        black_box(&d);
+        black_box(hb.poll_action());
+    }
+    let ns = t0.elapsed().as_nanos() as f64;
+    drop(states);
+    Ok(ns / n.max(1) as f64)
+}
