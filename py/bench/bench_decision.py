@@ -33,6 +33,9 @@ CREATE = (
     b'{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:acme"],'
     b'"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}'
 )
+# This thread's CPU time by default (--clock cpu): on a shared, loaded machine
+# the time this process waits for a core is not the code's cost.
+CLOCK: Callable[[], int] = time.thread_time_ns
 EXTEND = b'{"status":"ACTIVE","expires_at_ms":1785585720000,"remaining_ttl_ms":60000}'
 
 
@@ -50,21 +53,6 @@ def in_flight(key_prefix: str | None) -> tuple[leasebeat.Heartbeat, int]:
     return hb, a.attempt_id
 
 
-def batched(make: Callable[[], object], op: Callable[[object], object], batch: int, repeats: int) -> list[float]:
-    """ns per op: each repeat builds `batch` fresh states (untimed), then times op over them."""
-    out = []
-    for _ in range(repeats):
-        states = [make() for _ in range(batch)]
-        gc.disable()
-        t0 = time.perf_counter_ns()
-        for s in states:
-            op(s)
-        t1 = time.perf_counter_ns()
-        gc.enable()
-        out.append((t1 - t0) / batch)
-    return out
-
-
 def leasebeat_decision(key_prefix: str | None, batch: int, repeats: int) -> list[float]:
     now = 38_600 * MS
     body = EXTEND
@@ -72,11 +60,11 @@ def leasebeat_decision(key_prefix: str | None, batch: int, repeats: int) -> list
     for _ in range(repeats):
         states = [in_flight(key_prefix) for _ in range(batch)]
         gc.disable()
-        t0 = time.perf_counter_ns()
+        t0 = CLOCK()
         for hb, aid in states:
             hb.handle_response(aid, now, 200, None, body)
             hb.poll_action()
-        t1 = time.perf_counter_ns()
+        t1 = CLOCK()
         gc.enable()
         out.append((t1 - t0) / batch)
         for hb, _ in states:  # the decision is the fixture's (outside the timed region)
@@ -85,21 +73,21 @@ def leasebeat_decision(key_prefix: str | None, batch: int, repeats: int) -> list
 
 
 def leasebeat_decision_read(key_prefix: str | None, batch: int, repeats: int) -> list[float]:
-    """As leasebeat_decision, plus what a loop reads: decision.next/at_ns, action.attempt_id."""
+    """As leasebeat_decision, plus what a loop reads: d.next, d.at_ns, a.attempt_id."""
     now = 38_600 * MS
     body = EXTEND
     out = []
     for _ in range(repeats):
         states = [in_flight(key_prefix) for _ in range(batch)]
         gc.disable()
-        t0 = time.perf_counter_ns()
+        t0 = CLOCK()
         for hb, aid in states:
             d = hb.handle_response(aid, now, 200, None, body)
-            d.is_stop
+            d.next
             d.at_ns
             a = hb.poll_action()
             a.attempt_id
-        t1 = time.perf_counter_ns()
+        t1 = CLOCK()
         gc.enable()
         out.append((t1 - t0) / batch)
     return out
@@ -114,15 +102,15 @@ def leasebeat_steady(key_prefix: str | None, beats: int, repeats: int) -> list[f
     out = []
     for _ in range(repeats):
         gc.disable()
-        t0 = time.perf_counter_ns()
+        t0 = CLOCK()
         for _ in range(beats):
             a = hb.poll_action()
             aid = a.attempt_id
-            now = a.due_ns
+            now = a.due_ns  # after now: next_delay > 0
             hb.handle_sent(aid, now)
             now += 100 * MS
             hb.handle_response(aid, now, 200, None, body)
-        t1 = time.perf_counter_ns()
+        t1 = CLOCK()
         gc.enable()
         out.append((t1 - t0) / beats)
     assert hb.poll_action().is_send
@@ -130,7 +118,11 @@ def leasebeat_steady(key_prefix: str | None, beats: int, repeats: int) -> list[f
 
 
 def core_only(uuid: bool, batch: int, repeats: int) -> list[float]:
-    return [native._bench_core_decision(batch, uuid) for _ in range(repeats)]
+    return [native._bench_core_decision(batch, uuid, CLOCK) for _ in range(repeats)]
+
+
+def core_beat(uuid: bool, beats: int, repeats: int) -> list[float]:
+    return [native._bench_core_beat(beats, uuid, CLOCK) for _ in range(repeats)]
 
 
 def runcycles_decision(batch: int, repeats: int, build_next_body: bool) -> list[float]:
@@ -156,7 +148,7 @@ def runcycles_decision(batch: int, repeats: int, build_next_body: bool) -> list[
     for _ in range(repeats):
         states = [make() for _ in range(batch)]
         gc.disable()
-        t0 = time.perf_counter_ns()
+        t0 = CLOCK()
         for sched in states:
             response = success(200, loads(body) or {}, headers={})
             parsed = schema_valid_extend(response)
@@ -165,59 +157,79 @@ def runcycles_decision(batch: int, repeats: int, build_next_body: bool) -> list[
             nxt = sched.on_valid_success(parsed.remaining_ttl_ms, rtt_ms, recv_ms)
             if build_next_body:
                 build_extend_body(60_000)
-        t1 = time.perf_counter_ns()
+        t1 = CLOCK()
         gc.enable()
         out.append((t1 - t0) / batch)
         assert nxt is not None and nxt > 0, nxt
     return out
 
 
+CASES: list[tuple[str, str, Callable[[int, int], list[float]]]] = [
+    ("py.decision", "leasebeat raw 200 extend body -> decision (handle_response + poll_action), UUIDv4 keys",
+     lambda b, r: leasebeat_decision(None, b, r)),
+    ("py.core", "  the core alone, same process (Rust loop), UUIDv4 keys",
+     lambda b, r: core_only(True, b, r)),
+    ("py.decision_seq", "leasebeat the same, sequential keys (key_prefix)",
+     lambda b, r: leasebeat_decision("k", b, r)),
+    ("py.core_seq", "  the core alone, same process, sequential keys",
+     lambda b, r: core_only(False, b, r)),
+    ("py.decision_read", "leasebeat the same + d.next, d.at_ns, a.attempt_id, UUIDv4",
+     lambda b, r: leasebeat_decision_read(None, b, r)),
+    ("py.beat", "leasebeat full beat (poll_action, handle_sent, handle_response, poll_action), one lease, UUIDv4",
+     lambda b, r: leasebeat_steady(None, b, r)),
+    ("py.core_beat", "  the core alone, the same beat loop, UUIDv4",
+     lambda b, r: core_beat(True, b, r)),
+    ("py.runcycles", "runcycles 0.5.3: json.loads + CyclesResponse + _schema_valid_extend + _AuthoritativeScheduler",
+     lambda b, r: runcycles_decision(b, r, False)),
+    ("py.runcycles_nextbody", "runcycles 0.5.3 the same + _build_extend_body (next key, uuid4)",
+     lambda b, r: runcycles_decision(b, r, True)),
+]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--batch", type=int, default=2000)
-    p.add_argument("--repeats", type=int, default=25)
-    p.add_argument("--only", default="")
+    p.add_argument("--batch", type=int, default=1000, help="fresh states (or beats) per timed sample")
+    p.add_argument("--rounds", type=int, default=31, help="samples per case, interleaved round by round")
+    p.add_argument("--only", default="", help="run only the cases whose id contains this")
+    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                   help="cpu: time.thread_time_ns (default); wall: time.perf_counter_ns")
     args = p.parse_args()
-    b, r = args.batch, args.repeats
+    global CLOCK
+    CLOCK = time.thread_time_ns if args.clock == "cpu" else time.perf_counter_ns
+    cases = [c for c in CASES if args.only in c[0]]
+    # Rounds interleave every case (one sample each) so that the load of this
+    # shared machine hits them alike; ratios are taken within each round.
+    for _, _, f in cases:
+        f(args.batch, 2)  # warm-up
+    samples: dict[str, list[float]] = {c[0]: [] for c in cases}
+    for _ in range(args.rounds):
+        for id_, _, f in cases:
+            samples[id_] += f(args.batch, 1)
+    med = {k: statistics.median(v) for k, v in samples.items()}
 
-    rows: list[tuple[str, str, float]] = []
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(samples[a], samples[b]))
 
-    def run(id_: str, what: str, f: Callable[[], list[float]]) -> float:
-        if args.only and args.only not in id_:
-            return float("nan")
-        f()  # warm-up
-        med = statistics.median(f())
-        rows.append((id_, what, med))
-        return med
-
-    dec = run("py.decision", "leasebeat (Python) raw 200 extend body -> decision: handle_response + poll_action, UUIDv4 keys",
-              lambda: leasebeat_decision(None, b, r))
-    seq = run("py.decision_seq", "leasebeat (Python) same, sequential keys (key_prefix)",
-              lambda: leasebeat_decision("k", b, r))
-    run("py.decision_read", "leasebeat (Python) same + read d.is_stop, d.at_ns, a.attempt_id, UUIDv4",
-        lambda: leasebeat_decision_read(None, b, r))
-    core = run("py.core", "core alone in the same process (Rust loop, no Python), UUIDv4 keys",
-               lambda: core_only(True, b, r))
-    core_seq = run("py.core_seq", "core alone in the same process, sequential keys",
-                   lambda: core_only(False, b, r))
-    run("py.beat", "leasebeat (Python) full beat: poll_action, handle_sent, handle_response, poll_action, UUIDv4",
-        lambda: leasebeat_steady(None, b, r))
-    rc = run("py.runcycles", "runcycles 0.5.3: json.loads + CyclesResponse + _schema_valid_extend + _AuthoritativeScheduler",
-             lambda: runcycles_decision(b, r, False))
-    run("py.runcycles_nextbody", "runcycles 0.5.3: same + _build_extend_body (the next key, uuid4)",
-        lambda: runcycles_decision(b, r, True))
-
-    print(f"python {sys.version.split()[0]}, batch {b}, repeats {r} (median ns per op)")
-    w = max(len(x[0]) for x in rows)
-    for id_, what, v in rows:
-        print(f"  {id_:<{w}}  {v:9.0f} ns  {what}")
-    if dec == dec and core == core:
-        print(f"  binding overhead above the core (UUID): {dec - core:.0f} ns; sequential keys: {seq - core_seq:.0f} ns")
-    if dec == dec and rc == rc:
-        print(f"  runcycles / leasebeat: {rc / dec:.1f}x (target >= 10x)")
-    for id_, what, v in rows:
+    print(f"python {sys.version.split()[0]}, {args.rounds} interleaved rounds of {args.batch} ops, "
+          f"{args.clock} clock; median ns per op")
+    w = max(len(c[0]) for c in cases)
+    for id_, what, _ in cases:
+        lo, hi = min(samples[id_]), max(samples[id_])
+        print(f"  {id_:<{w}}  {med[id_]:7.0f} ns  (min {lo:6.0f})  {what}")
+    have = set(med)
+    if {"py.decision", "py.core"} <= have:
+        print(f"  binding overhead above the core, UUIDv4: {med['py.decision'] - med['py.core']:.0f} ns")
+    if {"py.decision_seq", "py.core_seq"} <= have:
+        print(f"  binding overhead above the core, sequential: {med['py.decision_seq'] - med['py.core_seq']:.0f} ns")
+    if {"py.beat", "py.core_beat"} <= have:
+        print(f"  binding overhead per full beat (4 calls): {med['py.beat'] - med['py.core_beat']:.0f} ns")
+    if {"py.decision", "py.runcycles"} <= have:
+        print(f"  runcycles / leasebeat: {ratio('py.runcycles', 'py.decision'):.1f}x (median of per-round ratios; target >= 10x)")
+    if {"py.decision_seq", "py.runcycles"} <= have:
+        print(f"  runcycles / leasebeat (sequential keys): {ratio('py.runcycles', 'py.decision_seq'):.1f}x")
+    for id_, what, _ in cases:
         if id_ in ("py.decision", "py.runcycles"):
-            print("BENCH " + json.dumps({"id": id_, "what": what, "value": round(v, 1), "unit": "ns"}))
+            print("BENCH " + json.dumps({"id": id_, "what": what.strip(), "value": round(med[id_], 1), "unit": "ns"}))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@
 //! Python figure and the core figure come from the same build and run.
 
 use std::hint::black_box;
-use std::time::Instant;
 
 use leasebeat::{Config, Heartbeat, Response, SequentialKeys};
 use pyo3::prelude::*;
@@ -32,11 +31,17 @@ fn in_flight(uuid: bool) -> Option<(Heartbeat, u64)> {
     Some((hb, id))
 }
 
+/// Reads `clock` (a Python callable returning ns, e.g. `time.thread_time_ns`).
+fn read(clock: &Bound<'_, PyAny>) -> PyResult<u64> {
+    clock.call0()?.extract()
+}
+
 /// ns per core decision (handle_response of the 200 extend body, then
-/// poll_action) over `n` fresh in-flight heartbeats built before the clock starts.
+/// poll_action) over `n` fresh in-flight heartbeats built before the clock
+/// starts; `clock` is read once before and once after the loop.
 #[pyfunction]
 #[pyo3(name = "_bench_core_decision")]
-pub fn bench_core_decision(n: usize, uuid: bool) -> PyResult<f64> {
+pub fn bench_core_decision(n: usize, uuid: bool, clock: &Bound<'_, PyAny>) -> PyResult<f64> {
     let mut states = Vec::with_capacity(n);
     for _ in 0..n.max(1) {
         states
@@ -44,13 +49,39 @@ pub fn bench_core_decision(n: usize, uuid: bool) -> PyResult<f64> {
                 pyo3::exceptions::PyRuntimeError::new_err("bench fixture failed")
             })?);
     }
-    let t0 = Instant::now();
+    let t0 = read(clock)?;
     for (hb, id) in &mut states {
         let d = hb.handle_response(*id, Response::new(200).body(black_box(EXTEND)), 38_600 * MS);
         black_box(&d);
         black_box(hb.poll_action());
     }
-    let ns = t0.elapsed().as_nanos() as f64;
+    let ns = read(clock)?.saturating_sub(t0) as f64;
     drop(states);
     Ok(ns / n.max(1) as f64)
+}
+
+/// ns per full core beat (poll_action, handle_sent, handle_response of the
+/// 200 extend body, poll_action) over `n` beats of one lease.
+#[pyfunction]
+#[pyo3(name = "_bench_core_beat")]
+pub fn bench_core_beat(n: usize, uuid: bool, clock: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let fail = || pyo3::exceptions::PyRuntimeError::new_err("bench beat failed");
+    let (mut hb, id) = in_flight(uuid).ok_or_else(fail)?;
+    let mut now = 38_600 * MS;
+    hb.handle_response(id, Response::new(200).body(EXTEND), now)
+        .map_err(|_| fail())?;
+    let t0 = read(clock)?;
+    for _ in 0..n.max(1) {
+        let (id, due) = match hb.poll_action() {
+            leasebeat::Action::Send(a) => (a.id, a.due_ns.unwrap_or(now)),
+            _ => return Err(fail()),
+        };
+        now = now.max(due);
+        hb.handle_sent(id, now).map_err(|_| fail())?;
+        now += 100 * MS;
+        let d = hb.handle_response(id, Response::new(200).body(black_box(EXTEND)), now);
+        black_box(&d);
+        black_box(hb.poll_action());
+    }
+    Ok(read(clock)?.saturating_sub(t0) as f64 / n.max(1) as f64)
 }
