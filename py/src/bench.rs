@@ -85,3 +85,15 @@ pub fn bench_core_beat(n: usize, uuid: bool, clock: &Bound<'_, PyAny>) -> PyResu
     }
     Ok(read(clock)?.saturating_sub(t0) as f64 / n.max(1) as f64)
 }
+
+/// Sizes in bytes: (Heartbeat, Decision, Attempt, Response).
+#[pyfunction]
+#[pyo3(name = "_bench_sizes")]
+pub fn bench_sizes() -> (usize, usize, usize, usize) {
+    (
+        std::mem::size_of::<Heartbeat>(),
+        std::mem::size_of::<leasebeat::Decision>(),
+        std::mem::size_of::<leasebeat::Attempt>(),
+        std::mem::size_of::<Response>(),
+    )
+}

@@ -408,6 +408,23 @@ impl PyHeartbeat {
         Ok(PyDecision::new(d))
     }
 
+    /// Benchmark only (feature `bench`): the call floor of ``handle_response``'s
+    /// signature (arguments bound, nothing converted, returns None).
+    #[cfg(feature = "bench")]
+    #[pyo3(signature = (attempt_id, now_ns, status, headers = None, body = None, *, timing_unknown = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn _bench_noop(
+        &self,
+        attempt_id: &Bound<'_, PyAny>,
+        now_ns: &Bound<'_, PyAny>,
+        status: &Bound<'_, PyAny>,
+        headers: Option<&Bound<'_, PyAny>>,
+        body: Option<&Bound<'_, PyAny>>,
+        timing_unknown: bool,
+    ) {
+        std::hint::black_box((attempt_id, now_ns, status, headers, body, timing_unknown));
+    }
+
     /// Benchmark only (feature `bench`): ``handle_response``'s argument
     /// conversion and result object without the core's work (returns a copy
     /// of the last decision), to measure the binding's own cost.

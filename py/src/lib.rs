@@ -256,5 +256,7 @@ fn _leasebeat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench::bench_core_decision, m)?)?;
     #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(bench::bench_core_beat, m)?)?;
+    #[cfg(feature = "bench")]
+    m.add_function(wrap_pyfunction!(bench::bench_sizes, m)?)?;
     Ok(())
 }

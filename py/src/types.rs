@@ -163,7 +163,7 @@ fn py_num(n: Num) -> String {
 /// (``None`` = +infinity, never) and ``key_use``/``key_index`` describe the key;
 /// for a stop, ``reason`` says why. ``numbers`` holds the numbers behind it and
 /// ``to_json()`` the emitted-decision object of the scenario format.
-#[pyclass(frozen, freelist = 64, module = "leasebeat", name = "Decision")]
+#[pyclass(frozen, eq, module = "leasebeat", name = "Decision")]
 #[derive(Clone, PartialEq)]
 pub struct PyDecision {
     // Boxed: a Decision is ~600 bytes (14 optional i128-backed numbers);
@@ -314,27 +314,6 @@ impl PyDecision {
     /// ``to_json()`` as one compact JSON line (members sorted by name, as the core emits them).
     fn to_json_str(&self) -> String {
         self.inner.to_json_string()
-    }
-
-    // `#[pyclass(eq)]` cannot be combined with `freelist` in pyo3 0.30.1 (its
-    // macro emits the two slot lists without a separating comma), so the
-    // equality `eq` would generate is written out: == and != between
-    // decisions, NotImplemented otherwise.
-    fn __richcmp__(
-        &self,
-        other: &Bound<'_, PyAny>,
-        op: pyo3::basic::CompareOp,
-    ) -> PyResult<Py<PyAny>> {
-        let py = other.py();
-        let Ok(other) = other.cast::<PyDecision>() else {
-            return Ok(py.NotImplemented());
-        };
-        let eq = *self.inner == *other.get().inner;
-        Ok(match op {
-            pyo3::basic::CompareOp::Eq => eq.into_pyobject(py)?.to_owned().into_any().unbind(),
-            pyo3::basic::CompareOp::Ne => (!eq).into_pyobject(py)?.to_owned().into_any().unbind(),
-            _ => py.NotImplemented(),
-        })
     }
 
     fn __repr__(&self) -> String {
