@@ -121,6 +121,16 @@ def core_only(uuid: bool, batch: int, repeats: int) -> list[float]:
     return [native._bench_core_decision(batch, uuid, CLOCK) for _ in range(repeats)]
 
 
+def core_on_python_states(key_prefix: str | None, batch: int, repeats: int) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        states = [in_flight(key_prefix) for _ in range(batch)]
+        gc.disable()
+        out.append(native._bench_core_on(states, CLOCK))
+        gc.enable()
+    return out
+
+
 def core_beat(uuid: bool, beats: int, repeats: int) -> list[float]:
     return [native._bench_core_beat(beats, uuid, CLOCK) for _ in range(repeats)]
 
@@ -169,10 +179,14 @@ CASES: list[tuple[str, str, Callable[[int, int], list[float]]]] = [
      lambda b, r: leasebeat_decision(None, b, r)),
     ("py.core", "  the core alone, same process (Rust loop), UUIDv4 keys",
      lambda b, r: core_only(True, b, r)),
+    ("py.core_same", "  the core alone on the same Python-built states (Rust loop under each lock), UUIDv4",
+     lambda b, r: core_on_python_states(None, b, r)),
     ("py.decision_seq", "leasebeat the same, sequential keys (key_prefix)",
      lambda b, r: leasebeat_decision("k", b, r)),
     ("py.core_seq", "  the core alone, same process, sequential keys",
      lambda b, r: core_only(False, b, r)),
+    ("py.core_same_seq", "  the core alone on the same Python-built states, sequential keys",
+     lambda b, r: core_on_python_states("k", b, r)),
     ("py.decision_read", "leasebeat the same + d.next, d.at_ns, a.attempt_id, UUIDv4",
      lambda b, r: leasebeat_decision_read(None, b, r)),
     ("py.beat", "leasebeat full beat (poll_action, handle_sent, handle_response, poll_action), one lease, UUIDv4",
@@ -219,6 +233,11 @@ def main() -> None:
     have = set(med)
     if {"py.decision", "py.core"} <= have:
         print(f"  binding overhead above the core, UUIDv4: {med['py.decision'] - med['py.core']:.0f} ns")
+    if {"py.decision", "py.core_same"} <= have:
+        print(f"  binding overhead above the core on the same states, UUIDv4: {med['py.decision'] - med['py.core_same']:.0f} ns")
+    if {"py.decision_seq", "py.core_same_seq"} <= have:
+        print(f"  binding overhead above the core on the same states, sequential: "
+              f"{med['py.decision_seq'] - med['py.core_same_seq']:.0f} ns")
     if {"py.decision_seq", "py.core_seq"} <= have:
         print(f"  binding overhead above the core, sequential: {med['py.decision_seq'] - med['py.core_seq']:.0f} ns")
     if {"py.beat", "py.core_beat"} <= have:

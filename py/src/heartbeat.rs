@@ -47,7 +47,7 @@ use crate::types::{ActionData, PyAction, PyAttempt, PyDecision};
 /// every call is fast and never blocks, so it is fine to call from asyncio code.
 #[pyclass(frozen, module = "leasebeat", name = "Heartbeat")]
 pub struct PyHeartbeat {
-    inner: Mutex<Heartbeat>,
+    pub(crate) inner: Mutex<Heartbeat>,
 }
 
 /// `ttl_ms` with a strict conversion.

@@ -257,6 +257,8 @@ fn _leasebeat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(bench::bench_core_beat, m)?)?;
     #[cfg(feature = "bench")]
+    m.add_function(wrap_pyfunction!(bench::bench_core_on, m)?)?;
+    #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(bench::bench_sizes, m)?)?;
     Ok(())
 }
