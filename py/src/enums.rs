@@ -127,17 +127,23 @@ fn spec(e: E) -> (&'static str, Vec<&'static str>, &'static str) {
     }
 }
 
-static CLASSES: PyOnceLock<Vec<Py<PyType>>> = PyOnceLock::new();
+/// One enum: its class and its members with their values, in `spec` order.
+struct Table {
+    class: Py<PyType>,
+    members: Vec<(&'static str, Py<PyAny>)>,
+}
 
-fn build(py: Python<'_>) -> PyResult<Vec<Py<PyType>>> {
+static TABLES: PyOnceLock<Vec<Table>> = PyOnceLock::new();
+
+fn build(py: Python<'_>) -> PyResult<Vec<Table>> {
     let enum_cls = py.import("enum")?.getattr("Enum")?;
     let str_type = py.get_type::<pyo3::types::PyString>();
     let mut out = Vec::with_capacity(ALL.len());
     for e in ALL {
         let (name, values, doc) = spec(e);
         let members = PyList::empty(py);
-        for v in values {
-            members.append((v.to_uppercase(), v))?;
+        for v in &values {
+            members.append((v.to_uppercase(), *v))?;
         }
         let kwargs = PyDict::new(py);
         kwargs.set_item("module", "leasebeat")?;
@@ -148,27 +154,40 @@ fn build(py: Python<'_>) -> PyResult<Vec<Py<PyType>>> {
         // str(member) and f"{member}" give the stable string, as StrEnum does.
         cls.setattr("__str__", str_type.getattr("__str__")?)?;
         cls.setattr("__format__", str_type.getattr("__format__")?)?;
-        out.push(cls.cast_into::<PyType>().map_err(PyErr::from)?.unbind());
+        // The members, looked up once: calling an Enum class per lookup
+        // costs ~400 ns, a cached member is a reference count.
+        let members = values
+            .into_iter()
+            .map(|v| Ok((v, cls.call1((v,))?.unbind())))
+            .collect::<PyResult<Vec<_>>>()?;
+        out.push(Table {
+            class: cls.cast_into::<PyType>().map_err(PyErr::from)?.unbind(),
+            members,
+        });
     }
     Ok(out)
 }
 
-fn classes(py: Python<'_>) -> PyResult<&'static Vec<Py<PyType>>> {
-    CLASSES.get_or_try_init(py, || build(py))
+fn table(py: Python<'_>, e: E) -> PyResult<&'static Table> {
+    let idx = ALL.iter().position(|x| *x == e).unwrap_or_default();
+    TABLES
+        .get_or_try_init(py, || build(py))?
+        .get(idx)
+        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("enum table incomplete"))
 }
 
 /// The class of enum `e`.
 pub fn class(py: Python<'_>, e: E) -> PyResult<Bound<'_, PyType>> {
-    let idx = ALL.iter().position(|x| *x == e).unwrap_or_default();
-    let cls = classes(py)?
-        .get(idx)
-        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("enum table incomplete"))?;
-    Ok(cls.bind(py).clone())
+    Ok(table(py, e)?.class.bind(py).clone())
 }
 
 /// The member of enum `e` whose value is `value`.
 pub fn member<'py>(py: Python<'py>, e: E, value: &str) -> PyResult<Bound<'py, PyAny>> {
-    class(py, e)?.call1((value,))
+    let t = table(py, e)?;
+    match t.members.iter().find(|(v, _)| *v == value) {
+        Some((_, m)) => Ok(m.bind(py).clone()),
+        None => t.class.bind(py).call1((value,)),
+    }
 }
 
 /// Adds every enum class to the module.

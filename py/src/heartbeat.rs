@@ -47,7 +47,7 @@ use crate::types::{ActionData, PyAction, PyAttempt, PyDecision};
 /// every call is fast and never blocks, so it is fine to call from asyncio code.
 #[pyclass(frozen, module = "leasebeat", name = "Heartbeat")]
 pub struct PyHeartbeat {
-    inner: Mutex<Heartbeat>,
+    pub(crate) inner: Mutex<Heartbeat>,
 }
 
 /// `ttl_ms` with a strict conversion.
@@ -329,7 +329,7 @@ impl PyHeartbeat {
             PyHeartbeat {
                 inner: Mutex::new(hb),
             },
-            PyDecision { inner: d },
+            PyDecision::new(d),
         ))
     }
 
@@ -404,8 +404,61 @@ impl PyHeartbeat {
         if timing_unknown {
             response = response.timing_unknown();
         }
-        let d = self.with(py, |hb| hb.handle_response(id, response, now))?;
-        Ok(PyDecision { inner: d })
+        let d = self.with(py, |hb| hb.handle_response(id, response, now).map(Box::new))?;
+        Ok(PyDecision::new(d))
+    }
+
+    /// Benchmark only (feature `bench`): the call floor of ``handle_response``'s
+    /// signature (arguments bound, nothing converted, returns None).
+    #[cfg(feature = "bench")]
+    #[pyo3(signature = (attempt_id, now_ns, status, headers = None, body = None, *, timing_unknown = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn _bench_noop(
+        &self,
+        attempt_id: &Bound<'_, PyAny>,
+        now_ns: &Bound<'_, PyAny>,
+        status: &Bound<'_, PyAny>,
+        headers: Option<&Bound<'_, PyAny>>,
+        body: Option<&Bound<'_, PyAny>>,
+        timing_unknown: bool,
+    ) {
+        std::hint::black_box((attempt_id, now_ns, status, headers, body, timing_unknown));
+    }
+
+    /// Benchmark only (feature `bench`): ``handle_response``'s argument
+    /// conversion and result object without the core's work (returns a copy
+    /// of the last decision), to measure the binding's own cost.
+    #[cfg(feature = "bench")]
+    #[pyo3(signature = (attempt_id, now_ns, status, headers = None, body = None, *, timing_unknown = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn _bench_null_response(
+        &self,
+        py: Python<'_>,
+        attempt_id: &Bound<'_, PyAny>,
+        now_ns: &Bound<'_, PyAny>,
+        status: &Bound<'_, PyAny>,
+        headers: Option<&Bound<'_, PyAny>>,
+        body: Option<&Bound<'_, PyAny>>,
+        timing_unknown: bool,
+    ) -> PyResult<PyDecision> {
+        let id = to_u64(attempt_id, "attempt_id")?;
+        let now = to_u64(now_ns, "now_ns")?;
+        let status = to_u16_status(status)?;
+        let mut response = Response::new(status);
+        response.headers = to_headers(headers)?;
+        if let Some(b) = body.filter(|b| !b.is_none()) {
+            response.body = to_bytes(b, "body")?;
+        }
+        if timing_unknown {
+            response = response.timing_unknown();
+        }
+        let d = self.with(py, |hb| {
+            std::hint::black_box((id, now, &response));
+            hb.last_decision()
+                .cloned()
+                .ok_or_else(|| Error::new(leasebeat::ErrorKind::Stopped, "no decision"))
+        })?;
+        Ok(PyDecision::new(d))
     }
 
     /// Reports a transport failure of attempt ``attempt_id`` observed at
@@ -426,7 +479,7 @@ impl PyHeartbeat {
         let now = to_u64(now_ns, "now_ns")?;
         let failure = failure_from(failure)?;
         let d = self.with(py, |hb| hb.handle_failure(id, failure, now))?;
-        Ok(PyDecision { inner: d })
+        Ok(PyDecision::new(d))
     }
 
     /// Ends the heartbeat at ``now_ns`` (stop "cancelled") and returns the
@@ -435,7 +488,7 @@ impl PyHeartbeat {
     fn cancel(&self, py: Python<'_>, now_ns: &Bound<'_, PyAny>) -> PyResult<PyDecision> {
         let now = to_u64(now_ns, "now_ns")?;
         let d = self.with(py, |hb| hb.cancel(now))?;
-        Ok(PyDecision { inner: d })
+        Ok(PyDecision::new(d))
     }
 
     /// The configured ttl_ms.
@@ -493,7 +546,7 @@ impl PyHeartbeat {
     /// The most recent Decision, if any.
     #[getter]
     fn last_decision(&self) -> PyResult<Option<PyDecision>> {
-        self.read(|hb| hb.last_decision().cloned().map(|d| PyDecision { inner: d }))
+        self.read(|hb| hb.last_decision().cloned().map(PyDecision::new))
     }
 
     /// The outstanding Attempt (to send, or in flight), unless stopped.

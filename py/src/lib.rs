@@ -7,6 +7,8 @@
 //! itself never panics (S-5).
 #![deny(missing_docs)]
 
+#[cfg(feature = "bench")]
+mod bench;
 mod convert;
 mod enums;
 mod errors;
@@ -250,5 +252,13 @@ fn _leasebeat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fallback_cadence, m)?)?;
     m.add_function(wrap_pyfunction!(fallback_skips, m)?)?;
     m.add_function(wrap_pyfunction!(ceil_ms, m)?)?;
+    #[cfg(feature = "bench")]
+    m.add_function(wrap_pyfunction!(bench::bench_core_decision, m)?)?;
+    #[cfg(feature = "bench")]
+    m.add_function(wrap_pyfunction!(bench::bench_core_beat, m)?)?;
+    #[cfg(feature = "bench")]
+    m.add_function(wrap_pyfunction!(bench::bench_core_on, m)?)?;
+    #[cfg(feature = "bench")]
+    m.add_function(wrap_pyfunction!(bench::bench_sizes, m)?)?;
     Ok(())
 }

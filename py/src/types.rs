@@ -166,7 +166,16 @@ fn py_num(n: Num) -> String {
 #[pyclass(frozen, eq, module = "leasebeat", name = "Decision")]
 #[derive(Clone, PartialEq)]
 pub struct PyDecision {
-    pub inner: Decision,
+    // Boxed: a Decision is ~600 bytes (14 optional i128-backed numbers);
+    // boxed, it is copied once and the Python object stays small.
+    pub inner: Box<Decision>,
+}
+
+impl PyDecision {
+    /// Wraps a decision (boxed or not).
+    pub fn new(d: impl Into<Box<Decision>>) -> PyDecision {
+        PyDecision { inner: d.into() }
+    }
 }
 
 #[pymethods]

@@ -258,6 +258,29 @@ class _Jeopardy:
             )
 
 
+def wake_target(hb: Heartbeat, jeop: _Jeopardy, slack: _Slack, due: int | None) -> tuple[int | None, int | None]:
+    """The wait before a send, shared by both runners: ``(target, fire)``.
+    ``fire`` is the due time early by the measured timer slack (None = never);
+    ``target`` is the earlier of ``fire`` and the jeopardy instant
+    (``proven_until``, to report it at once), None = no wake-up."""
+    pu = jeop.proven_until(hb)
+    fire = None if due is None else due - slack.ns
+    target = fire if pu is None else (pu if fire is None else min(fire, pu))
+    return target, fire
+
+
+def on_wake(
+    hb: Heartbeat, jeop: _Jeopardy, slack: _Slack, due: int | None, target: int | None, fire: int | None
+) -> bool:
+    """After a wake-up at ``target`` (from ``wake_target``): measures the timer
+    slack, reports jeopardy if reached; True when the send is due."""
+    now = time.monotonic_ns()
+    if target is not None:
+        slack.observe(target, now)
+    jeop.check(hb, now, due)
+    return fire is not None and now >= fire
+
+
 class Runner:
     """A heartbeat running on a daemon thread (see ``leasebeat.run``)."""
 
@@ -349,16 +372,10 @@ class Runner:
                 # Wait for the due time (early by the timer slack), waking at
                 # proven_until to report jeopardy at once.
                 while True:
-                    pu = jeop.proven_until(hb)
-                    fire = None if due is None else due - slack.ns
-                    target = fire if pu is None else (pu if fire is None else min(fire, pu))
+                    target, fire = wake_target(hb, jeop, slack, due)
                     if not self._wait_until(target):
                         break
-                    now = time.monotonic_ns()
-                    if target is not None:
-                        slack.observe(target, now)
-                    jeop.check(hb, now, due)
-                    if fire is not None and now >= fire:
+                    if on_wake(hb, jeop, slack, due, target, fire):
                         break
                 if self._stop_requested:
                     break

@@ -29,7 +29,9 @@ from ._runner import (
     call_listener,
     finalize_request,
     log,
+    on_wake,
     request_for,
+    wake_target,
 )
 
 __all__ = ["AsyncTransport", "run"]
@@ -83,15 +85,9 @@ async def run(
             assert attempt is not None
             due = action.due_ns
             while True:
-                pu = jeop.proven_until(hb)
-                fire = None if due is None else due - slack.ns
-                target = fire if pu is None else (pu if fire is None else min(fire, pu))
+                target, fire = wake_target(hb, jeop, slack, due)
                 await _sleep_until(target)
-                now = time.monotonic_ns()
-                if target is not None:
-                    slack.observe(target, now)
-                jeop.check(hb, now, due)
-                if fire is not None and now >= fire:
+                if on_wake(hb, jeop, slack, due, target, fire):
                     break
             now = time.monotonic_ns()
             if due is not None:
