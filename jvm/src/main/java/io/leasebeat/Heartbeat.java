@@ -10,7 +10,6 @@ import java.util.Optional;
 import java.util.OptionalLong;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
-import java.util.function.LongFunction;
 
 /**
  * The heartbeat of one Cycles reservation: a sans-IO state machine that decides when to extend the
@@ -333,8 +332,9 @@ public final class Heartbeat implements AutoCloseable {
       } else {
         failure = failureCode(create.failure().orElseThrow());
       }
-      Wire w =
-          Wire.open(
+      long[] slots = new long[Slots.ADOPT_HANDLE + 1];
+      Object[] objs = new Object[2];
+      Slots.check(
               NativeBridge.nativeAdopt(
                   ttlMillis,
                   timeoutBits,
@@ -350,11 +350,14 @@ public final class Heartbeat implements AutoCloseable {
                   status,
                   headers,
                   body,
-                  timingUnknown));
-      Heartbeat hb = new Heartbeat(w.u64(), origin, timeoutBits, timeoutUnbounded);
+                  timingUnknown,
+                  slots,
+                  objs),
+          objs);
+      Heartbeat hb = new Heartbeat(slots[Slots.ADOPT_HANDLE], origin, timeoutBits, timeoutUnbounded);
       Decision first;
       try {
-        first = w.decision(origin);
+        first = Slots.decision(slots, 0, objs, 0, origin);
       } catch (RuntimeException e) {
         hb.close();
         throw e;
@@ -395,7 +398,11 @@ public final class Heartbeat implements AutoCloseable {
     return since;
   }
 
+  /** The encoded headers, or null for none. */
   private static byte[] headerPairs(Response response) {
+    if (response.headers().isEmpty()) {
+      return null;
+    }
     List<String[]> pairs = new ArrayList<>(response.headers().size());
     for (Header h : response.headers()) {
       pairs.add(new String[] {h.name(), h.value()});
@@ -416,19 +423,46 @@ public final class Heartbeat implements AutoCloseable {
     }
   }
 
-  private byte[] call(LongFunction<byte[]> f) {
+  /**
+   * Takes the read lock for one native call and returns the handle; pair with {@link #exit()} in a
+   * finally block.
+   *
+   * @throws IllegalStateException if closed
+   */
+  private long enter() {
     ReentrantReadWriteLock.ReadLock read = lock.readLock();
     read.lock();
-    try {
-      if (closed) {
-        throw new IllegalStateException("leasebeat: this Heartbeat is closed");
-      }
-      return f.apply(handle);
-    } finally {
+    if (closed) {
       read.unlock();
-      // Keep this object (and so the handle) reachable until the native call returned.
-      Reference.reachabilityFence(this);
+      throw new IllegalStateException("leasebeat: this Heartbeat is closed");
     }
+    return handle;
+  }
+
+  private void exit() {
+    lock.readLock().unlock();
+    // Keep this object (and so the handle) reachable until the native call returned.
+    Reference.reachabilityFence(this);
+  }
+
+  /** Runs a decision-returning native call and decodes its decision. */
+  private Decision decide(DecisionCall f) {
+    long[] slots = new long[Slots.DEC_LEN];
+    Object[] objs = new Object[2];
+    int status;
+    long h = enter();
+    try {
+      status = f.call(h, slots, objs);
+    } finally {
+      exit();
+    }
+    Slots.check(status, objs);
+    return Slots.decision(slots, 0, objs, 0, origin);
+  }
+
+  @FunctionalInterface
+  private interface DecisionCall {
+    int call(long handle, long[] slots, Object[] objs);
   }
 
   private long core(long nowNanos) {
@@ -442,9 +476,24 @@ public final class Heartbeat implements AutoCloseable {
     }
   }
 
+  /** The attempt and action of the last poll, reused while unchanged (racy but idempotent). */
+  private Attempt lastAttempt;
+
+  private Action lastAction;
+
   private State state() {
-    Wire w = Wire.open(call(NativeBridge::nativeState));
-    return new State(w, origin);
+    long[] slots = new long[Slots.STATE_LEN];
+    Object[] objs = new Object[Slots.STATE_OBJS];
+    Attempt known = lastAttempt;
+    int status;
+    long h = enter();
+    try {
+      status = NativeBridge.nativeState(h, known == null ? 0 : known.id(), slots, objs);
+    } finally {
+      exit();
+    }
+    Slots.check(status, objs);
+    return new State(slots, objs, known, origin);
   }
 
   private static final class State {
@@ -455,23 +504,16 @@ public final class Heartbeat implements AutoCloseable {
     final long lastEvent;
     final Optional<Decision> last;
 
-    State(Wire w, long origin) {
-      int tag = w.u8();
-      if (tag == 2) {
-        action = new Action(Action.Type.STOP, Optional.empty(), Optional.of(w.reason()));
-      } else {
-        Attempt a = w.attempt(origin);
-        action =
-            new Action(
-                tag == 0 ? Action.Type.SEND : Action.Type.AWAIT_OUTCOME,
-                Optional.of(a),
-                Optional.empty());
-      }
-      reservationId = w.optStr();
-      mode = w.optStr().map(Mode::fromWire);
-      maxRtt = w.u64();
-      lastEvent = w.u64();
-      last = w.bool() ? Optional.of(w.decision(origin)) : Optional.empty();
+    State(long[] s, Object[] objs, Attempt known, long origin) {
+      action = Slots.action(s, objs, known, null, origin);
+      reservationId = Optional.ofNullable((String) objs[Slots.S_O_RID]);
+      mode = Slots.mode(s[Slots.S_MODE]);
+      maxRtt = s[Slots.S_MAX_RTT];
+      lastEvent = s[Slots.S_LAST_EVENT];
+      last =
+          s[Slots.S_HAS_LAST] != 0
+              ? Optional.of(Slots.decision(s, Slots.S_DECISION, objs, Slots.S_O_DECISION, origin))
+              : Optional.empty();
     }
   }
 
@@ -485,7 +527,24 @@ public final class Heartbeat implements AutoCloseable {
    * @throws IllegalStateException if closed
    */
   public Action pollAction() {
-    return state().action;
+    long[] slots = new long[Slots.ACT_LEN];
+    Object[] objs = new Object[2];
+    Attempt known = lastAttempt;
+    Action knownAction = lastAction;
+    int status;
+    long h = enter();
+    try {
+      status = NativeBridge.nativePoll(h, known == null ? 0 : known.id(), slots, objs);
+    } finally {
+      exit();
+    }
+    Slots.check(status, objs);
+    Action a = Slots.action(slots, objs, known, knownAction, origin);
+    if (a != knownAction) {
+      lastAction = a;
+      lastAttempt = a.attempt().orElse(null);
+    }
+    return a;
   }
 
   /**
@@ -495,7 +554,7 @@ public final class Heartbeat implements AutoCloseable {
    * @throws IllegalStateException if closed
    */
   public Optional<Attempt> attempt() {
-    return state().action.attempt();
+    return pollAction().attempt();
   }
 
   /**
@@ -506,7 +565,7 @@ public final class Heartbeat implements AutoCloseable {
    * @throws IllegalStateException if closed
    */
   public Optional<Num> pollTimeout() {
-    Action a = state().action;
+    Action a = pollAction();
     return a.type() == Action.Type.SEND
         ? a.attempt().map(Attempt::due).filter(Num::isFinite)
         : Optional.empty();
@@ -530,7 +589,7 @@ public final class Heartbeat implements AutoCloseable {
    * @throws IllegalStateException if closed
    */
   public Optional<StopReason> stopReason() {
-    return state().action.stopReason();
+    return pollAction().stopReason();
   }
 
   /**
@@ -624,7 +683,15 @@ public final class Heartbeat implements AutoCloseable {
   public void handleSent(long attemptId, long nowNanos) {
     checkId(attemptId);
     long now = core(nowNanos);
-    Wire.open(call(h -> NativeBridge.nativeSent(h, attemptId, now)));
+    Object[] objs = new Object[2];
+    int status;
+    long h = enter();
+    try {
+      status = NativeBridge.nativeSent(h, attemptId, now, objs);
+    } finally {
+      exit();
+    }
+    Slots.check(status, objs);
   }
 
   /**
@@ -648,12 +715,12 @@ public final class Heartbeat implements AutoCloseable {
     long now = core(nowNanos);
     byte[] headers = headerPairs(response);
     byte[] body = response.rawBody();
-    return Wire.open(
-            call(
-                h ->
-                    NativeBridge.nativeResponse(
-                        h, attemptId, response.status(), headers, body, response.timingUnknown(), now)))
-        .decision(origin);
+    int code = response.status();
+    boolean timingUnknown = response.timingUnknown();
+    return decide(
+        (h, slots, objs) ->
+            NativeBridge.nativeResponse(
+                h, attemptId, code, headers, body, timingUnknown, now, slots, objs));
   }
 
   /**
@@ -674,7 +741,7 @@ public final class Heartbeat implements AutoCloseable {
     Objects.requireNonNull(failure, "failure");
     long now = core(nowNanos);
     int code = failureCode(failure);
-    return Wire.open(call(h -> NativeBridge.nativeFailure(h, attemptId, code, now))).decision(origin);
+    return decide((h, slots, objs) -> NativeBridge.nativeFailure(h, attemptId, code, now, slots, objs));
   }
 
   /**
@@ -687,7 +754,7 @@ public final class Heartbeat implements AutoCloseable {
    */
   public Decision cancel(long nowNanos) {
     long now = core(nowNanos);
-    return Wire.open(call(h -> NativeBridge.nativeCancel(h, now))).decision(origin);
+    return decide((h, slots, objs) -> NativeBridge.nativeCancel(h, now, slots, objs));
   }
 
   /**
