@@ -38,7 +38,7 @@ use std::sync::Mutex;
 
 use jni::errors::ThrowRuntimeExAndDefault;
 use jni::objects::{JByteArray, JClass, JLongArray, JObjectArray, JString};
-use jni::refs::{Global, Reference};
+use jni::refs::Reference;
 use jni::sys::{jboolean, jint, jlong};
 use jni::{Env, EnvUnowned};
 use leasebeat::arith;
@@ -55,14 +55,7 @@ const PANIC: u8 = 2;
 
 /// One heartbeat behind a lock: Java may call from many threads at once.
 struct Handle {
-    inner: Mutex<Inner>,
-}
-
-struct Inner {
-    hb: Heartbeat,
-    /// The Java string of the last reservation id handed out, so that every
-    /// decision of a lease shares one `String` instead of creating one each.
-    rid: Option<(String, Global<JString<'static>>)>,
+    hb: Mutex<Heartbeat>,
 }
 
 // ----- enum tables -----
@@ -261,9 +254,11 @@ mod dec {
     pub const O_DETAIL: usize = 1;
 }
 
-/// An action (`poll_action`): slots from 0; objects 0 and 1 are the key
-/// (`String`) and the body (`byte[]`), set only when the attempt's id is not
-/// the one the caller already holds.
+/// An action (`poll_action`): `act::LEN` slots from an offset (0 for a poll,
+/// [`dec::LEN`] after a decision, [`DECIDED_LEN`]); objects from an offset
+/// (0 for a poll, 2 after a decision): the key (`String`) and the body
+/// (`byte[]`), set only when the attempt's id is not the one the caller
+/// already holds.
 mod act {
     /// 0 send, 1 await outcome, 2 stop.
     pub const TAG: usize = 0;
@@ -300,8 +295,14 @@ mod state {
     pub const O_DECISION: usize = 3;
 }
 
-/// The adoption: the first decision from slot 0, then the handle.
-const ADOPT_HANDLE: usize = dec::LEN;
+/// A decision-returning call writes the decision, then the action it leaves
+/// (so that the `pollAction()` that follows needs no second crossing): this
+/// many slots; objects: the decision's two, then the action's two.
+const DECIDED_LEN: usize = dec::LEN + act::LEN;
+const DECIDED_O_ACTION: usize = 2;
+
+/// The adoption: a decided result, then the handle.
+const ADOPT_HANDLE: usize = DECIDED_LEN;
 
 // ----- the hot calling convention -----
 
@@ -331,17 +332,6 @@ fn arg_fail(message: &str) -> Fail {
 struct Out<'a, 'c> {
     slots: [i64; state::LEN + 1],
     objs: &'a JObjectArray<'c>,
-}
-
-impl Out<'_, '_> {
-    fn obj(
-        &self,
-        env: &Env<'_>,
-        i: usize,
-        o: &impl AsRef<jni::objects::JObject<'static>>,
-    ) -> jni::errors::Result<()> {
-        self.objs.set_element(env, i, o.as_ref())
-    }
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -399,23 +389,21 @@ where
 }
 
 /// Runs `f` on the heartbeat behind `handle`.
-fn with_hb<T>(handle: jlong, f: impl FnOnce(&mut Inner) -> Result<T, Fail>) -> Result<T, Fail> {
+fn with_hb<T>(handle: jlong, f: impl FnOnce(&mut Heartbeat) -> Result<T, Fail>) -> Result<T, Fail> {
     if handle == 0 {
         return Err(arg_fail("null heartbeat handle"));
     }
     // SAFETY: a non-zero handle comes from `into_handle` (Box::into_raw) and
     // the Java side never passes it after `nativeFree` nor concurrently with it.
     let h = unsafe { &*(handle as usize as *const Handle) };
-    match h.inner.lock() {
-        Ok(mut inner) => f(&mut inner),
+    match h.hb.lock() {
+        Ok(mut hb) => f(&mut hb),
         Err(_) => panic!("the heartbeat is unusable after an earlier panic"),
     }
 }
 
 fn into_handle(hb: Heartbeat) -> u64 {
-    Box::into_raw(Box::new(Handle {
-        inner: Mutex::new(Inner { hb, rid: None }),
-    })) as usize as u64
+    Box::into_raw(Box::new(Handle { hb: Mutex::new(hb) })) as usize as u64
 }
 
 /// A Java long carrying a u64 bit pattern.
@@ -431,7 +419,6 @@ fn bits(v: u64) -> i64 {
 fn put_decision(
     env: &mut Env<'_>,
     out: &mut Out<'_, '_>,
-    rid_cache: &mut Option<(String, Global<JString<'static>>)>,
     o: usize,
     oo: usize,
     d: &Decision,
@@ -490,15 +477,8 @@ fn put_decision(
         s[dec::WARN + i] = warning_index(*w);
     }
     if let Some(rid) = d.reservation_id.as_deref() {
-        let cached = match rid_cache {
-            Some((text, global)) if text == rid => global,
-            _ => {
-                let local = env.new_string(rid)?;
-                let global = env.new_global_ref(&local)?;
-                &rid_cache.insert((rid.to_owned(), global)).1
-            }
-        };
-        out.obj(env, oo + dec::O_RID, cached)?;
+        let local = env.new_string(rid)?;
+        out.objs.set_element(env, oo + dec::O_RID, &local)?;
     }
     if let Some(detail) = d.detail.as_deref() {
         let detail = env.new_string(detail)?;
@@ -507,15 +487,17 @@ fn put_decision(
     Ok(())
 }
 
-/// Writes the action of `hb` from slot 0; the key and body objects only when
-/// the attempt is not `known_id`.
+/// Writes an action at slot offset `o` and object offset `oo`; the key and
+/// body objects only when the attempt is not `known_id`.
 fn put_action(
     env: &mut Env<'_>,
     out: &mut Out<'_, '_>,
+    o: usize,
+    oo: usize,
     action: Action<'_>,
     known_id: u64,
 ) -> Result<(), Fail> {
-    let s = &mut out.slots;
+    let s = &mut out.slots[o..o + act::LEN];
     let a: &Attempt = match action {
         Action::Send(a) => {
             s[act::TAG] = 0;
@@ -542,9 +524,9 @@ fn put_action(
     s[act::ZERO_WINDOW] = i64::from(a.is_zero_window_retry());
     if a.id != known_id {
         let key = env.new_string(&a.key)?;
-        out.objs.set_element(env, act::O_KEY, &key)?;
+        out.objs.set_element(env, oo + act::O_KEY, &key)?;
         let body = env.byte_array_from_slice(&a.body)?;
-        out.objs.set_element(env, act::O_BODY, &body)?;
+        out.objs.set_element(env, oo + act::O_BODY, &body)?;
     }
     Ok(())
 }
@@ -827,7 +809,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeForReservation<'c>(
 /// failure, int status, byte[] headers, byte[] body, boolean timingUnknown,
 /// long[] slots, Object[] objs)`: `Heartbeat::adopt_create` (failure -1 = a
 /// response, else the transport failure code). Result: the first decision
-/// from slot 0, the handle at slot `dec::LEN`.
+/// and the action from slot 0 ([`DECIDED_LEN`]), then the handle.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeAdopt<'c>(
@@ -874,16 +856,8 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeAdopt<'c>(
             None => Heartbeat::adopt_create(config, create)?,
             Some(keys) => Heartbeat::adopt_create_with_key_source(config, create, keys)?,
         };
-        let mut rid = None;
-        put_decision(env, out, &mut rid, 0, 0, &first)?;
-        let handle = into_handle(hb);
-        if let Some(rid) = rid {
-            with_hb(bits(handle), |inner| {
-                inner.rid = Some(rid);
-                Ok(())
-            })?;
-        }
-        out.slots[ADOPT_HANDLE] = bits(handle);
+        put_decided(env, out, &hb, &first, 0)?;
+        out.slots[ADOPT_HANDLE] = bits(into_handle(hb));
         Ok(ADOPT_HANDLE + 1)
     })
 }
@@ -918,8 +892,8 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeSent<'c>(
     objs: JObjectArray<'c>,
 ) -> jint {
     hot(env, JLongArray::null(), objs, |_, _| {
-        with_hb(handle, |inner| {
-            inner.hb.handle_sent(u64_of(attempt_id), u64_of(now_ns))?;
+        with_hb(handle, |hb| {
+            hb.handle_sent(u64_of(attempt_id), u64_of(now_ns))?;
             Ok(0)
         })
     })
@@ -930,18 +904,40 @@ fn decide(
     env: &mut Env<'_>,
     out: &mut Out<'_, '_>,
     handle: jlong,
+    known_attempt_id: jlong,
     f: impl FnOnce(&mut Heartbeat) -> Result<Decision, leasebeat::Error>,
 ) -> Result<usize, Fail> {
-    with_hb(handle, |inner| {
-        let d = f(&mut inner.hb)?;
-        put_decision(env, out, &mut inner.rid, 0, 0, &d)?;
-        Ok(dec::LEN)
+    with_hb(handle, |hb| {
+        let d = f(hb)?;
+        put_decided(env, out, hb, &d, known_attempt_id)
     })
+}
+
+/// Writes a decision and the action it leaves ([`DECIDED_LEN`]).
+fn put_decided(
+    env: &mut Env<'_>,
+    out: &mut Out<'_, '_>,
+    hb: &Heartbeat,
+    d: &Decision,
+    known_attempt_id: jlong,
+) -> Result<usize, Fail> {
+    put_decision(env, out, 0, 0, d)?;
+    let action = hb.poll_action();
+    put_action(
+        env,
+        out,
+        dec::LEN,
+        DECIDED_O_ACTION,
+        action,
+        u64_of(known_attempt_id),
+    )?;
+    Ok(DECIDED_LEN)
 }
 
 /// `static native int nativeResponse(long handle, long attemptId, int
 /// status, byte[] headers, byte[] body, boolean timingUnknown, long nowNs,
-/// long[] slots, Object[] objs)`: headers null = none.
+/// long knownAttemptId, long[] slots, Object[] objs)`: headers null = none.
+/// Result: the decision and the action ([`DECIDED_LEN`]).
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse<'c>(
@@ -954,20 +950,21 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse<'c>(
     body: JByteArray<'c>,
     timing_unknown: jboolean,
     now_ns: jlong,
+    known_attempt_id: jlong,
     slots: JLongArray<'c>,
     objs: JObjectArray<'c>,
 ) -> jint {
     hot(env, slots, objs, |env, out| {
         let response = response_of(env, status, &headers, &body, timing_unknown)?;
-        decide(env, out, handle, |hb| {
+        decide(env, out, handle, known_attempt_id, |hb| {
             hb.handle_response(u64_of(attempt_id), response, u64_of(now_ns))
         })
     })
 }
 
 /// `static native int nativeFailure(long handle, long attemptId, int
-/// failure, long nowNs, long[] slots, Object[] objs)`: failure 0 = timeout,
-/// 1 = connect, 2 = reset.
+/// failure, long nowNs, long knownAttemptId, long[] slots, Object[] objs)`:
+/// failure 0 = timeout, 1 = connect, 2 = reset. Result as `nativeResponse`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure<'c>(
@@ -977,30 +974,34 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure<'c>(
     attempt_id: jlong,
     failure: jint,
     now_ns: jlong,
+    known_attempt_id: jlong,
     slots: JLongArray<'c>,
     objs: JObjectArray<'c>,
 ) -> jint {
     hot(env, slots, objs, |env, out| {
         let failure = parse_failure(failure)?;
-        decide(env, out, handle, |hb| {
+        decide(env, out, handle, known_attempt_id, |hb| {
             hb.handle_failure(u64_of(attempt_id), failure, u64_of(now_ns))
         })
     })
 }
 
-/// `static native int nativeCancel(long handle, long nowNs, long[] slots,
-/// Object[] objs)`.
+/// `static native int nativeCancel(long handle, long nowNs, long
+/// knownAttemptId, long[] slots, Object[] objs)`. Result as `nativeResponse`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel<'c>(
     env: EnvUnowned<'c>,
     _class: JClass<'c>,
     handle: jlong,
     now_ns: jlong,
+    known_attempt_id: jlong,
     slots: JLongArray<'c>,
     objs: JObjectArray<'c>,
 ) -> jint {
     hot(env, slots, objs, |env, out| {
-        decide(env, out, handle, |hb| hb.cancel(u64_of(now_ns)))
+        decide(env, out, handle, known_attempt_id, |hb| {
+            hb.cancel(u64_of(now_ns))
+        })
     })
 }
 
@@ -1019,8 +1020,8 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativePoll<'c>(
     objs: JObjectArray<'c>,
 ) -> jint {
     hot(env, slots, objs, |env, out| {
-        with_hb(handle, |inner| {
-            put_action(env, out, inner.hb.poll_action(), u64_of(known_attempt_id))?;
+        with_hb(handle, |hb| {
+            put_action(env, out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
             Ok(act::LEN)
         })
     })
@@ -1039,19 +1040,19 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeState<'c>(
     objs: JObjectArray<'c>,
 ) -> jint {
     hot(env, slots, objs, |env, out| {
-        with_hb(handle, |inner| {
-            put_action(env, out, inner.hb.poll_action(), u64_of(known_attempt_id))?;
-            out.slots[state::MODE] = inner.hb.mode().map_or(-1, mode_index);
-            out.slots[state::MAX_RTT] = bits(inner.hb.max_rtt_ms());
-            out.slots[state::LAST_EVENT] = bits(inner.hb.last_event_ns());
-            if let Some(rid) = inner.hb.reservation_id() {
+        with_hb(handle, |hb| {
+            put_action(env, out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
+            out.slots[state::MODE] = hb.mode().map_or(-1, mode_index);
+            out.slots[state::MAX_RTT] = bits(hb.max_rtt_ms());
+            out.slots[state::LAST_EVENT] = bits(hb.last_event_ns());
+            if let Some(rid) = hb.reservation_id() {
                 let rid = env.new_string(rid)?;
                 out.objs.set_element(env, state::O_RID, &rid)?;
             }
-            if let Some(d) = inner.hb.last_decision().cloned() {
+            if let Some(d) = hb.last_decision() {
                 out.slots[state::HAS_LAST] = 1;
                 let o = state::DECISION;
-                put_decision(env, out, &mut inner.rid, o, state::O_DECISION, &d)?;
+                put_decision(env, out, o, state::O_DECISION, d)?;
             }
             Ok(state::LEN)
         })

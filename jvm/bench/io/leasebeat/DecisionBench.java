@@ -78,9 +78,10 @@ final class DecisionBench {
     Object[][] objs = new Object[n][];
     long t0 = System.nanoTime();
     for (int i = 0; i < n; i++) {
-      slots[i] = new long[Slots.DEC_LEN];
-      objs[i] = new Object[2];
-      NativeBridge.nativeResponse(handles[i], ids[i], 200, null, body, false, 38_600 * MS, slots[i], objs[i]);
+      slots[i] = new long[Slots.DECIDED_LEN];
+      objs[i] = new Object[Slots.DECIDED_OBJS];
+      NativeBridge.nativeResponse(
+          handles[i], ids[i], 200, null, body, false, 38_600 * MS, ids[i], slots[i], objs[i]);
     }
     long t1 = System.nanoTime();
     Object last = null;
@@ -97,7 +98,7 @@ final class DecisionBench {
     }
     long t3 = System.nanoTime();
     for (int i = 0; i < n; i++) {
-      last = Slots.action(ps[i], po[i], null, null, 0);
+      last = Slots.action(ps[i], 0, po[i], 0, null, null, 0);
     }
     long t4 = System.nanoTime();
     for (int i = 0; i < n; i++) {
@@ -123,7 +124,7 @@ final class DecisionBench {
   public static void main(String[] args) throws ReflectiveOperationException {
     if (Boolean.getBoolean("bench.splits")) {
       String[] names = {
-        "nativeResponse (JNI + core + slots)", "Slots.decision (Java decode)",
+        "nativeResponse (JNI + core + decision and action slots)", "Slots.decision (Java decode)",
         "nativePoll (JNI + core + key/body)", "Slots.action (Java decode)",
         "nativeSent failing NOT_OUTSTANDING (JNI + error path)"
       };

@@ -9,7 +9,7 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.OptionalLong;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.concurrent.locks.StampedLock;
 
 /**
  * The heartbeat of one Cycles reservation: a sans-IO state machine that decides when to extend the
@@ -76,8 +76,41 @@ public final class Heartbeat implements AutoCloseable {
   private final long timeoutBits;
   private final boolean timeoutUnbounded;
   private final Cleaner.Cleanable cleanable;
-  private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
-  private boolean closed; // guarded by lock
+  /** Calls hold its read lock, {@link #close()} its write lock; its monitor orders changes. */
+  private final StampedLock lock = new StampedLock();
+  private volatile boolean closed; // written under the write lock
+
+  /**
+   * Native calls that change the heartbeat, and polls, run one at a time under the monitor of
+   * {@link #lock}; each change first counts itself here.
+   */
+  private volatile long mutations;
+
+  /**
+   * The action as of {@link #mutations} == {@code m}: a decision-returning call brings back the
+   * action it leaves, so the {@link #pollAction()} that follows needs no native call while no
+   * change started since. A stale entry (its {@code m} behind) is only ignored.
+   */
+  private volatile Known known;
+
+  private static final class Known {
+    final long m;
+    final Action action;
+
+    Known(long m, Action action) {
+      this.m = m;
+      this.action = action;
+    }
+
+    Attempt attempt() {
+      return action.attempt().orElse(null);
+    }
+
+    static long id(Known k) {
+      Attempt a = k == null ? null : k.attempt();
+      return a == null ? 0 : a.id();
+    }
+  }
 
   private Heartbeat(long handle, long origin, long timeoutBits, boolean timeoutUnbounded) {
     this.handle = handle;
@@ -333,7 +366,7 @@ public final class Heartbeat implements AutoCloseable {
         failure = failureCode(create.failure().orElseThrow());
       }
       long[] slots = new long[Slots.ADOPT_HANDLE + 1];
-      Object[] objs = new Object[2];
+      Object[] objs = new Object[Slots.DECIDED_OBJS];
       Slots.check(
               NativeBridge.nativeAdopt(
                   ttlMillis,
@@ -358,6 +391,7 @@ public final class Heartbeat implements AutoCloseable {
       Decision first;
       try {
         first = Slots.decision(slots, 0, objs, 0, origin);
+        hb.remember(0, slots, Slots.DEC_LEN, objs, Slots.DECIDED_O_ACTION, null);
       } catch (RuntimeException e) {
         hb.close();
         throw e;
@@ -424,45 +458,64 @@ public final class Heartbeat implements AutoCloseable {
   }
 
   /**
-   * Takes the read lock for one native call and returns the handle; pair with {@link #exit()} in a
-   * finally block.
+   * Takes the read lock for one native call and returns its stamp; pair with {@link #exit(long)}
+   * in a finally block.
    *
    * @throws IllegalStateException if closed
    */
   private long enter() {
-    ReentrantReadWriteLock.ReadLock read = lock.readLock();
-    read.lock();
+    long stamp = lock.readLock();
     if (closed) {
-      read.unlock();
+      lock.unlockRead(stamp);
       throw new IllegalStateException("leasebeat: this Heartbeat is closed");
     }
-    return handle;
+    return stamp;
   }
 
-  private void exit() {
-    lock.readLock().unlock();
+  private void exit(long stamp) {
+    lock.unlockRead(stamp);
     // Keep this object (and so the handle) reachable until the native call returned.
     Reference.reachabilityFence(this);
   }
 
-  /** Runs a decision-returning native call and decodes its decision. */
+  /**
+   * Runs a decision-returning native call (a change) and decodes its decision; remembers the
+   * action it leaves for {@link #pollAction()}.
+   */
   private Decision decide(DecisionCall f) {
-    long[] slots = new long[Slots.DEC_LEN];
-    Object[] objs = new Object[2];
+    long[] slots = new long[Slots.DECIDED_LEN];
+    Object[] objs = new Object[Slots.DECIDED_OBJS];
+    Known k = known;
     int status;
-    long h = enter();
+    long m;
+    long stamp = enter();
+    long h = handle;
     try {
-      status = f.call(h, slots, objs);
+      synchronized (lock) {
+        m = ++mutations;
+        status = f.call(h, Known.id(k), slots, objs);
+      }
     } finally {
-      exit();
+      exit(stamp);
     }
     Slots.check(status, objs);
-    return Slots.decision(slots, 0, objs, 0, origin);
+    Decision d = Slots.decision(slots, 0, objs, 0, origin);
+    remember(m, slots, Slots.DEC_LEN, objs, Slots.DECIDED_O_ACTION, k);
+    return d;
+  }
+
+  /** Decodes and remembers the action of change (or poll) number {@code m}. */
+  private Action remember(long m, long[] slots, int o, Object[] objs, int oo, Known k) {
+    Action a =
+        Slots.action(
+            slots, o, objs, oo, k == null ? null : k.attempt(), k == null ? null : k.action, origin);
+    known = new Known(m, a);
+    return a;
   }
 
   @FunctionalInterface
   private interface DecisionCall {
-    int call(long handle, long[] slots, Object[] objs);
+    int call(long handle, long knownAttemptId, long[] slots, Object[] objs);
   }
 
   private long core(long nowNanos) {
@@ -476,24 +529,20 @@ public final class Heartbeat implements AutoCloseable {
     }
   }
 
-  /** The attempt and action of the last poll, reused while unchanged (racy but idempotent). */
-  private Attempt lastAttempt;
-
-  private Action lastAction;
-
   private State state() {
     long[] slots = new long[Slots.STATE_LEN];
     Object[] objs = new Object[Slots.STATE_OBJS];
-    Attempt known = lastAttempt;
+    Known k = known;
     int status;
-    long h = enter();
+    long stamp = enter();
+    long h = handle;
     try {
-      status = NativeBridge.nativeState(h, known == null ? 0 : known.id(), slots, objs);
+      status = NativeBridge.nativeState(h, Known.id(k), slots, objs);
     } finally {
-      exit();
+      exit(stamp);
     }
     Slots.check(status, objs);
-    return new State(slots, objs, known, origin);
+    return new State(slots, objs, k == null ? null : k.attempt(), origin);
   }
 
   private static final class State {
@@ -505,7 +554,7 @@ public final class Heartbeat implements AutoCloseable {
     final Optional<Decision> last;
 
     State(long[] s, Object[] objs, Attempt known, long origin) {
-      action = Slots.action(s, objs, known, null, origin);
+      action = Slots.action(s, 0, objs, 0, known, null, origin);
       reservationId = Optional.ofNullable((String) objs[Slots.S_O_RID]);
       mode = Slots.mode(s[Slots.S_MODE]);
       maxRtt = s[Slots.S_MAX_RTT];
@@ -527,24 +576,30 @@ public final class Heartbeat implements AutoCloseable {
    * @throws IllegalStateException if closed
    */
   public Action pollAction() {
+    Known k = known;
+    if (k != null && k.m == mutations) {
+      // Nothing changed since that action was current.
+      if (closed) {
+        throw new IllegalStateException("leasebeat: this Heartbeat is closed");
+      }
+      return k.action;
+    }
     long[] slots = new long[Slots.ACT_LEN];
     Object[] objs = new Object[2];
-    Attempt known = lastAttempt;
-    Action knownAction = lastAction;
     int status;
-    long h = enter();
+    long m;
+    long stamp = enter();
+    long h = handle;
     try {
-      status = NativeBridge.nativePoll(h, known == null ? 0 : known.id(), slots, objs);
+      synchronized (lock) {
+        m = mutations;
+        status = NativeBridge.nativePoll(h, Known.id(k), slots, objs);
+      }
     } finally {
-      exit();
+      exit(stamp);
     }
     Slots.check(status, objs);
-    Action a = Slots.action(slots, objs, known, knownAction, origin);
-    if (a != knownAction) {
-      lastAction = a;
-      lastAttempt = a.attempt().orElse(null);
-    }
-    return a;
+    return remember(m, slots, 0, objs, 0, k);
   }
 
   /**
@@ -658,13 +713,7 @@ public final class Heartbeat implements AutoCloseable {
    * @return true once closed
    */
   public boolean isClosed() {
-    ReentrantReadWriteLock.ReadLock read = lock.readLock();
-    read.lock();
-    try {
-      return closed;
-    } finally {
-      read.unlock();
-    }
+    return closed;
   }
 
   // ----- events -----
@@ -685,11 +734,15 @@ public final class Heartbeat implements AutoCloseable {
     long now = core(nowNanos);
     Object[] objs = new Object[2];
     int status;
-    long h = enter();
+    long stamp = enter();
+    long h = handle;
     try {
-      status = NativeBridge.nativeSent(h, attemptId, now, objs);
+      synchronized (lock) {
+        ++mutations;
+        status = NativeBridge.nativeSent(h, attemptId, now, objs);
+      }
     } finally {
-      exit();
+      exit(stamp);
     }
     Slots.check(status, objs);
   }
@@ -718,9 +771,9 @@ public final class Heartbeat implements AutoCloseable {
     int code = response.status();
     boolean timingUnknown = response.timingUnknown();
     return decide(
-        (h, slots, objs) ->
+        (h, known, slots, objs) ->
             NativeBridge.nativeResponse(
-                h, attemptId, code, headers, body, timingUnknown, now, slots, objs));
+                h, attemptId, code, headers, body, timingUnknown, now, known, slots, objs));
   }
 
   /**
@@ -741,7 +794,9 @@ public final class Heartbeat implements AutoCloseable {
     Objects.requireNonNull(failure, "failure");
     long now = core(nowNanos);
     int code = failureCode(failure);
-    return decide((h, slots, objs) -> NativeBridge.nativeFailure(h, attemptId, code, now, slots, objs));
+    return decide(
+        (h, known, slots, objs) ->
+            NativeBridge.nativeFailure(h, attemptId, code, now, known, slots, objs));
   }
 
   /**
@@ -754,7 +809,8 @@ public final class Heartbeat implements AutoCloseable {
    */
   public Decision cancel(long nowNanos) {
     long now = core(nowNanos);
-    return decide((h, slots, objs) -> NativeBridge.nativeCancel(h, now, slots, objs));
+    return decide(
+        (h, known, slots, objs) -> NativeBridge.nativeCancel(h, now, known, slots, objs));
   }
 
   /**
@@ -763,15 +819,14 @@ public final class Heartbeat implements AutoCloseable {
    */
   @Override
   public void close() {
-    ReentrantReadWriteLock.WriteLock write = lock.writeLock();
-    write.lock();
+    long stamp = lock.writeLock();
     try {
       if (!closed) {
         closed = true;
         cleanable.clean();
       }
     } finally {
-      write.unlock();
+      lock.unlockWrite(stamp);
     }
   }
 

@@ -54,13 +54,21 @@ final class NativeBridge {
       byte[] body,
       boolean timingUnknown,
       long nowNs,
+      long knownAttemptId,
       long[] slots,
       Object[] objs);
 
   static native int nativeFailure(
-      long handle, long attemptId, int failure, long nowNs, long[] slots, Object[] objs);
+      long handle,
+      long attemptId,
+      int failure,
+      long nowNs,
+      long knownAttemptId,
+      long[] slots,
+      Object[] objs);
 
-  static native int nativeCancel(long handle, long nowNs, long[] slots, Object[] objs);
+  static native int nativeCancel(
+      long handle, long nowNs, long knownAttemptId, long[] slots, Object[] objs);
 
   static native int nativePoll(long handle, long knownAttemptId, long[] slots, Object[] objs);
 

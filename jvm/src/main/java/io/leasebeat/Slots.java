@@ -58,6 +58,11 @@ final class Slots {
   static final int O_KEY = 0;
   static final int O_BODY = 1;
 
+  // A decision followed by the action it leaves (decided results).
+  static final int DECIDED_LEN = DEC_LEN + ACT_LEN;
+  static final int DECIDED_O_ACTION = 2;
+  static final int DECIDED_OBJS = 4;
+
   // State (state).
   static final int S_MODE = ACT_LEN;
   static final int S_MAX_RTT = ACT_LEN + 1;
@@ -70,7 +75,7 @@ final class Slots {
   static final int STATE_OBJS = 5;
 
   /** The adoption's handle slot, after its first decision. */
-  static final int ADOPT_HANDLE = DEC_LEN;
+  static final int ADOPT_HANDLE = DECIDED_LEN;
 
   private static final BigInteger TWO_64 = BigInteger.ONE.shiftLeft(64);
 
@@ -255,7 +260,7 @@ final class Slots {
     }
     String rid = (String) objs[oo + O_RID];
     String detail = (String) objs[oo + O_DETAIL];
-    long[] raw = o == 0 && s.length == DEC_LEN ? s : java.util.Arrays.copyOfRange(s, o, o + DEC_LEN);
+    long[] raw = java.util.Arrays.copyOfRange(s, o, o + DEC_LEN);
     return new Decision(
         Optional.ofNullable(rid),
         send,
@@ -280,16 +285,17 @@ final class Slots {
    * The action in {@code s}; {@code known} is the attempt the caller holds (its key and body were
    * not sent again when the ids match), reused as is when nothing changed.
    */
-  static Action action(long[] s, Object[] objs, Attempt known, Action knownAction, long origin) {
-    int tag = (int) s[A_TAG];
+  static Action action(
+      long[] s, int o, Object[] objs, int oo, Attempt known, Action knownAction, long origin) {
+    int tag = (int) s[o + A_TAG];
     if (tag == 2) {
-      StopReason r = at(Tables.REASONS, s[A_REASON]);
+      StopReason r = at(Tables.REASONS, s[o + A_REASON]);
       if (knownAction != null && knownAction.stopReason().orElse(null) == r) {
         return knownAction;
       }
       return new Action(Action.Type.STOP, Optional.empty(), Optional.of(r));
     }
-    Attempt a = attempt(s, objs, known, origin);
+    Attempt a = attempt(s, o, objs, oo, known, origin);
     Action.Type type = tag == 0 ? Action.Type.SEND : Action.Type.AWAIT_OUTCOME;
     if (knownAction != null
         && knownAction.type() == type
@@ -299,15 +305,16 @@ final class Slots {
     return new Action(type, Optional.of(a), Optional.empty());
   }
 
-  private static Attempt attempt(long[] s, Object[] objs, Attempt known, long origin) {
-    long id = s[A_ID];
-    AttemptKind kind = at(Tables.KINDS, s[A_KIND]);
-    Num due = s[A_DUE_SET] != 0 ? Num.ofUnsigned(s[A_DUE]) : Num.INF;
-    long keyIndex = s[A_KEY_INDEX];
-    KeyUse keyUse = at(Tables.KEY_USES, s[A_KEY_USE]);
+  private static Attempt attempt(
+      long[] s, int o, Object[] objs, int oo, Attempt known, long origin) {
+    long id = s[o + A_ID];
+    AttemptKind kind = at(Tables.KINDS, s[o + A_KIND]);
+    Num due = s[o + A_DUE_SET] != 0 ? Num.ofUnsigned(s[o + A_DUE]) : Num.INF;
+    long keyIndex = s[o + A_KEY_INDEX];
+    KeyUse keyUse = at(Tables.KEY_USES, s[o + A_KEY_USE]);
     OptionalLong sent =
-        s[A_SENT_SET] != 0 ? OptionalLong.of(origin + s[A_SENT]) : OptionalLong.empty();
-    boolean zeroWindow = s[A_ZERO_WINDOW] != 0;
+        s[o + A_SENT_SET] != 0 ? OptionalLong.of(origin + s[o + A_SENT]) : OptionalLong.empty();
+    boolean zeroWindow = s[o + A_ZERO_WINDOW] != 0;
     if (known != null && known.id() == id) {
       if (known.kind() == kind
           && known.due().equals(due)
@@ -324,10 +331,10 @@ final class Slots {
         id,
         kind,
         due,
-        (String) objs[O_KEY],
+        (String) objs[oo + O_KEY],
         keyIndex,
         keyUse,
-        (byte[]) objs[O_BODY],
+        (byte[]) objs[oo + O_BODY],
         sent,
         zeroWindow,
         origin);
