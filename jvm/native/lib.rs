@@ -4,10 +4,14 @@
 //! Two calling conventions:
 //!
 //! * Hot calls (events, polls, the adoption): the Java side passes a `long[]`
-//!   of *slots* and an `Object[]` it owns; the call fills them with
-//!   primitives (indices of enum constants, u64 bit patterns, i128 halves) and
-//!   the few objects that are really strings or bytes (the reservation id,
-//!   the attempt's key and body, a detail), and returns a status: `0` OK,
+//!   of *slots*, an `Object[]` and a `byte[]` *text* buffer it owns; the call
+//!   fills the slots with primitives (indices of enum constants, u64 bit
+//!   patterns, i128 halves, text lengths) and the text buffer with the bytes
+//!   of what really is text or bytes (the reservation id, a detail, the
+//!   attempt's key and body; one that does not fit comes as an object
+//!   instead), so the hot path creates no Java object in Rust. A decision
+//!   also brings back the action it leaves ([`DECIDED_LEN`]), so that the
+//!   `pollAction()` after it needs no second crossing. Returns a status: `0` OK,
 //!   `1` core ERROR (objects 0 and 1: the Java `Code` constant name and the
 //!   message), `2` PANIC (object 1: the message). The layout is below
 //!   ([`dec`], [`act`], [`state`]) and mirrored in `Slots.java`. Nothing is
@@ -239,7 +243,11 @@ mod dec {
     pub const MAX_WARN: usize = 7;
     /// Per number: the high then the low 64 bits of the i128.
     pub const NUMS: usize = 20;
-    pub const LEN: usize = 48;
+    /// The byte lengths of the reservation id and the detail in the text
+    /// buffer (-1 absent, -2 too long for it: the object instead).
+    pub const RID_LEN: usize = 48;
+    pub const DETAIL_LEN: usize = 49;
+    pub const LEN: usize = 50;
 
     pub const F_AT: i64 = 1;
     pub const F_KEY: i64 = 2;
@@ -273,7 +281,11 @@ mod act {
     pub const SENT_SET: usize = 8;
     pub const SENT: usize = 9;
     pub const ZERO_WINDOW: usize = 10;
-    pub const LEN: usize = 11;
+    /// Text lengths of the key and the body, as [`dec::RID_LEN`] (-1 also
+    /// when the caller holds the attempt already).
+    pub const KEY_LEN: usize = 11;
+    pub const BODY_LEN: usize = 12;
+    pub const LEN: usize = 13;
 
     pub const O_KEY: usize = 0;
     pub const O_BODY: usize = 1;
@@ -288,7 +300,7 @@ mod state {
     pub const LAST_EVENT: usize = MODE + 2;
     /// 1 when a last decision follows at `DECISION`.
     pub const HAS_LAST: usize = MODE + 3;
-    pub const DECISION: usize = 16;
+    pub const DECISION: usize = 18;
     pub const LEN: usize = DECISION + super::dec::LEN;
 
     pub const O_RID: usize = 2;
@@ -332,6 +344,51 @@ fn arg_fail(message: &str) -> Fail {
 struct Out<'a, 'c> {
     slots: [i64; state::LEN + 1],
     objs: &'a JObjectArray<'c>,
+    /// Bytes for the Java-owned text buffer (strings and bodies one after
+    /// the other, in the order they are put), at most `text_cap`.
+    text: Vec<i8>,
+    text_cap: usize,
+}
+
+impl Out<'_, '_> {
+    /// Hands bytes to Java: appended to the text buffer when they fit (slot =
+    /// their length), else as a `String` (`string`) or `byte[]` at object
+    /// `obj` (slot = -2). Creating no Java object in Rust is the fast path.
+    fn put_text(
+        &mut self,
+        env: &mut Env<'_>,
+        slot: usize,
+        obj: usize,
+        b: &str,
+        string: bool,
+    ) -> Result<(), Fail> {
+        self.put_bytes(env, slot, obj, b.as_bytes(), string)
+    }
+
+    fn put_bytes(
+        &mut self,
+        env: &mut Env<'_>,
+        slot: usize,
+        obj: usize,
+        b: &[u8],
+        string: bool,
+    ) -> Result<(), Fail> {
+        if self.text.len() + b.len() <= self.text_cap {
+            self.text.extend(b.iter().map(|&x| x as i8));
+            self.slots[slot] = b.len() as i64;
+            return Ok(());
+        }
+        if string {
+            let text = std::str::from_utf8(b).map_err(|_| arg_fail("text is not UTF-8"))?;
+            let local = env.new_string(text)?;
+            self.objs.set_element(env, obj, &local)?;
+        } else {
+            let local = env.byte_array_from_slice(b)?;
+            self.objs.set_element(env, obj, &local)?;
+        }
+        self.slots[slot] = -2;
+        Ok(())
+    }
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -354,6 +411,7 @@ fn hot<'c, F>(
     mut unowned: EnvUnowned<'c>,
     slots: JLongArray<'c>,
     objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
     f: F,
 ) -> jint
 where
@@ -361,15 +419,21 @@ where
 {
     unowned
         .with_env(|env| -> jni::errors::Result<jint> {
+            let text_cap = if text.is_null() { 0 } else { text.len(env)? };
             let mut out = Out {
                 slots: [0; state::LEN + 1],
                 objs: &objs,
+                text: Vec::with_capacity(text_cap),
+                text_cap,
             };
             let r = catch_unwind(AssertUnwindSafe(|| f(env, &mut out)));
             let (status, code, message) = match r {
                 Ok(Ok(used)) => {
                     if used > 0 {
                         slots.set_region(env, 0, &out.slots[..used])?;
+                    }
+                    if !out.text.is_empty() {
+                        text.set_region(env, 0, &out.text)?;
                     }
                     return Ok(0);
                 }
@@ -476,13 +540,13 @@ fn put_decision(
     for (i, w) in d.warnings.iter().enumerate() {
         s[dec::WARN + i] = warning_index(*w);
     }
-    if let Some(rid) = d.reservation_id.as_deref() {
-        let local = env.new_string(rid)?;
-        out.objs.set_element(env, oo + dec::O_RID, &local)?;
+    match d.reservation_id.as_deref() {
+        None => out.slots[o + dec::RID_LEN] = -1,
+        Some(rid) => out.put_text(env, o + dec::RID_LEN, oo + dec::O_RID, rid, true)?,
     }
-    if let Some(detail) = d.detail.as_deref() {
-        let detail = env.new_string(detail)?;
-        out.objs.set_element(env, oo + dec::O_DETAIL, &detail)?;
+    match d.detail.as_deref() {
+        None => out.slots[o + dec::DETAIL_LEN] = -1,
+        Some(t) => out.put_text(env, o + dec::DETAIL_LEN, oo + dec::O_DETAIL, t, true)?,
     }
     Ok(())
 }
@@ -510,6 +574,8 @@ fn put_action(
         Action::Stop(r) => {
             s[act::TAG] = 2;
             s[act::REASON] = reason_index(r);
+            s[act::KEY_LEN] = -1;
+            s[act::BODY_LEN] = -1;
             return Ok(());
         }
     };
@@ -522,11 +588,12 @@ fn put_action(
     s[act::SENT_SET] = i64::from(a.sent_ns.is_some());
     s[act::SENT] = bits(a.sent_ns.unwrap_or(0));
     s[act::ZERO_WINDOW] = i64::from(a.is_zero_window_retry());
-    if a.id != known_id {
-        let key = env.new_string(&a.key)?;
-        out.objs.set_element(env, oo + act::O_KEY, &key)?;
-        let body = env.byte_array_from_slice(&a.body)?;
-        out.objs.set_element(env, oo + act::O_BODY, &body)?;
+    if a.id == known_id {
+        s[act::KEY_LEN] = -1;
+        s[act::BODY_LEN] = -1;
+    } else {
+        out.put_text(env, o + act::KEY_LEN, oo + act::O_KEY, &a.key, true)?;
+        out.put_bytes(env, o + act::BODY_LEN, oo + act::O_BODY, &a.body, false)?;
     }
     Ok(())
 }
@@ -807,7 +874,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeForReservation<'c>(
 /// timeoutUnbounded, byte[] createRequestJson, byte[] keyPrefix, byte[] key,
 /// byte[] requestBody, boolean sentKnown, long sentNs, long receivedNs, int
 /// failure, int status, byte[] headers, byte[] body, boolean timingUnknown,
-/// long[] slots, Object[] objs)`: `Heartbeat::adopt_create` (failure -1 = a
+/// long[] slots, Object[] objs, byte[] text)`: `Heartbeat::adopt_create` (failure -1 = a
 /// response, else the transport failure code). Result: the first decision
 /// and the action from slot 0 ([`DECIDED_LEN`]), then the handle.
 #[unsafe(no_mangle)]
@@ -832,8 +899,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeAdopt<'c>(
     timing_unknown: jboolean,
     slots: JLongArray<'c>,
     objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
 ) -> jint {
-    hot(env, slots, objs, |env, out| {
+    hot(env, slots, objs, text, |env, out| {
         let create_request = opt_bytes(env, &create_request)?;
         let keys = key_source(opt_text(env, &key_prefix, "keyPrefix")?);
         let key = opt_text(env, &key, "the adopted create's key")?
@@ -891,7 +959,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeSent<'c>(
     now_ns: jlong,
     objs: JObjectArray<'c>,
 ) -> jint {
-    hot(env, JLongArray::null(), objs, |_, _| {
+    hot(env, JLongArray::null(), objs, JByteArray::null(), |_, _| {
         with_hb(handle, |hb| {
             hb.handle_sent(u64_of(attempt_id), u64_of(now_ns))?;
             Ok(0)
@@ -936,7 +1004,7 @@ fn put_decided(
 
 /// `static native int nativeResponse(long handle, long attemptId, int
 /// status, byte[] headers, byte[] body, boolean timingUnknown, long nowNs,
-/// long knownAttemptId, long[] slots, Object[] objs)`: headers null = none.
+/// long knownAttemptId, long[] slots, Object[] objs, byte[] text)`: headers null = none.
 /// Result: the decision and the action ([`DECIDED_LEN`]).
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
@@ -953,8 +1021,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse<'c>(
     known_attempt_id: jlong,
     slots: JLongArray<'c>,
     objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
 ) -> jint {
-    hot(env, slots, objs, |env, out| {
+    hot(env, slots, objs, text, |env, out| {
         let response = response_of(env, status, &headers, &body, timing_unknown)?;
         decide(env, out, handle, known_attempt_id, |hb| {
             hb.handle_response(u64_of(attempt_id), response, u64_of(now_ns))
@@ -963,7 +1032,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse<'c>(
 }
 
 /// `static native int nativeFailure(long handle, long attemptId, int
-/// failure, long nowNs, long knownAttemptId, long[] slots, Object[] objs)`:
+/// failure, long nowNs, long knownAttemptId, long[] slots, Object[] objs, byte[] text)`:
 /// failure 0 = timeout, 1 = connect, 2 = reset. Result as `nativeResponse`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
@@ -977,8 +1046,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure<'c>(
     known_attempt_id: jlong,
     slots: JLongArray<'c>,
     objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
 ) -> jint {
-    hot(env, slots, objs, |env, out| {
+    hot(env, slots, objs, text, |env, out| {
         let failure = parse_failure(failure)?;
         decide(env, out, handle, known_attempt_id, |hb| {
             hb.handle_failure(u64_of(attempt_id), failure, u64_of(now_ns))
@@ -987,7 +1057,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure<'c>(
 }
 
 /// `static native int nativeCancel(long handle, long nowNs, long
-/// knownAttemptId, long[] slots, Object[] objs)`. Result as `nativeResponse`.
+/// knownAttemptId, long[] slots, Object[] objs, byte[] text)`. Result as `nativeResponse`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel<'c>(
     env: EnvUnowned<'c>,
@@ -997,8 +1067,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel<'c>(
     known_attempt_id: jlong,
     slots: JLongArray<'c>,
     objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
 ) -> jint {
-    hot(env, slots, objs, |env, out| {
+    hot(env, slots, objs, text, |env, out| {
         decide(env, out, handle, known_attempt_id, |hb| {
             hb.cancel(u64_of(now_ns))
         })
@@ -1008,7 +1079,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel<'c>(
 // ----- entry points: polls -----
 
 /// `static native int nativePoll(long handle, long knownAttemptId, long[]
-/// slots, Object[] objs)`: the action ([`act`]); the key and body only for an
+/// slots, Object[] objs, byte[] text)`: the action ([`act`]); the key and body only for an
 /// attempt other than `knownAttemptId`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativePoll<'c>(
@@ -1018,8 +1089,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativePoll<'c>(
     known_attempt_id: jlong,
     slots: JLongArray<'c>,
     objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
 ) -> jint {
-    hot(env, slots, objs, |env, out| {
+    hot(env, slots, objs, text, |env, out| {
         with_hb(handle, |hb| {
             put_action(env, out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
             Ok(act::LEN)
@@ -1028,7 +1100,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativePoll<'c>(
 }
 
 /// `static native int nativeState(long handle, long knownAttemptId, long[]
-/// slots, Object[] objs)`: the action, reservation id, mode, max rtt, last
+/// slots, Object[] objs, byte[] text)`: the action, reservation id, mode, max rtt, last
 /// event and last decision ([`state`]).
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeState<'c>(
@@ -1038,8 +1110,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeState<'c>(
     known_attempt_id: jlong,
     slots: JLongArray<'c>,
     objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
 ) -> jint {
-    hot(env, slots, objs, |env, out| {
+    hot(env, slots, objs, text, |env, out| {
         with_hb(handle, |hb| {
             put_action(env, out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
             out.slots[state::MODE] = hb.mode().map_or(-1, mode_index);

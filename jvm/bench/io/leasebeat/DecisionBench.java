@@ -76,29 +76,34 @@ final class DecisionBench {
     byte[] body = EXTEND_OK.rawBody();
     long[][] slots = new long[n][];
     Object[][] objs = new Object[n][];
+    byte[][] texts = new byte[n][];
     long t0 = System.nanoTime();
     for (int i = 0; i < n; i++) {
       slots[i] = new long[Slots.DECIDED_LEN];
       objs[i] = new Object[Slots.DECIDED_OBJS];
+      texts[i] = new byte[Slots.TEXT_LEN];
       NativeBridge.nativeResponse(
-          handles[i], ids[i], 200, null, body, false, 38_600 * MS, ids[i], slots[i], objs[i]);
+          handles[i], ids[i], 200, null, body, false, 38_600 * MS, ids[i], slots[i], objs[i],
+          texts[i]);
     }
     long t1 = System.nanoTime();
     Object last = null;
     for (int i = 0; i < n; i++) {
-      last = Slots.decision(slots[i], 0, objs[i], 0, 0);
+      last = Slots.decision(slots[i], 0, objs[i], 0, texts[i], 0, 0);
     }
     long t2 = System.nanoTime();
     long[][] ps = new long[n][];
     Object[][] po = new Object[n][];
+    byte[][] pt = new byte[n][];
     for (int i = 0; i < n; i++) {
       ps[i] = new long[Slots.ACT_LEN];
       po[i] = new Object[2];
-      NativeBridge.nativePoll(handles[i], 0, ps[i], po[i]);
+      pt[i] = new byte[Slots.TEXT_LEN];
+      NativeBridge.nativePoll(handles[i], 0, ps[i], po[i], pt[i]);
     }
     long t3 = System.nanoTime();
     for (int i = 0; i < n; i++) {
-      last = Slots.action(ps[i], 0, po[i], 0, null, null, 0);
+      last = Slots.action(ps[i], 0, po[i], 0, pt[i], 0, null, null, 0);
     }
     long t4 = System.nanoTime();
     for (int i = 0; i < n; i++) {

@@ -367,6 +367,7 @@ public final class Heartbeat implements AutoCloseable {
       }
       long[] slots = new long[Slots.ADOPT_HANDLE + 1];
       Object[] objs = new Object[Slots.DECIDED_OBJS];
+      byte[] text = new byte[Slots.TEXT_LEN];
       Slots.check(
               NativeBridge.nativeAdopt(
                   ttlMillis,
@@ -385,13 +386,22 @@ public final class Heartbeat implements AutoCloseable {
                   body,
                   timingUnknown,
                   slots,
-                  objs),
+                  objs,
+                  text),
           objs);
       Heartbeat hb = new Heartbeat(slots[Slots.ADOPT_HANDLE], origin, timeoutBits, timeoutUnbounded);
       Decision first;
       try {
-        first = Slots.decision(slots, 0, objs, 0, origin);
-        hb.remember(0, slots, Slots.DEC_LEN, objs, Slots.DECIDED_O_ACTION, null);
+        first = Slots.decision(slots, 0, objs, 0, text, 0, origin);
+        hb.remember(
+            0,
+            slots,
+            Slots.DEC_LEN,
+            objs,
+            Slots.DECIDED_O_ACTION,
+            text,
+            Slots.decisionText(slots, 0),
+            null);
       } catch (RuntimeException e) {
         hb.close();
         throw e;
@@ -485,6 +495,7 @@ public final class Heartbeat implements AutoCloseable {
   private Decision decide(DecisionCall f) {
     long[] slots = new long[Slots.DECIDED_LEN];
     Object[] objs = new Object[Slots.DECIDED_OBJS];
+    byte[] text = new byte[Slots.TEXT_LEN];
     Known k = known;
     int status;
     long m;
@@ -493,29 +504,39 @@ public final class Heartbeat implements AutoCloseable {
     try {
       synchronized (lock) {
         m = ++mutations;
-        status = f.call(h, Known.id(k), slots, objs);
+        status = f.call(h, Known.id(k), slots, objs, text);
       }
     } finally {
       exit(stamp);
     }
     Slots.check(status, objs);
-    Decision d = Slots.decision(slots, 0, objs, 0, origin);
-    remember(m, slots, Slots.DEC_LEN, objs, Slots.DECIDED_O_ACTION, k);
+    Decision d = Slots.decision(slots, 0, objs, 0, text, 0, origin);
+    remember(
+        m, slots, Slots.DEC_LEN, objs, Slots.DECIDED_O_ACTION, text, Slots.decisionText(slots, 0), k);
     return d;
   }
 
   /** Decodes and remembers the action of change (or poll) number {@code m}. */
-  private Action remember(long m, long[] slots, int o, Object[] objs, int oo, Known k) {
+  private Action remember(
+      long m, long[] slots, int o, Object[] objs, int oo, byte[] text, int t, Known k) {
     Action a =
         Slots.action(
-            slots, o, objs, oo, k == null ? null : k.attempt(), k == null ? null : k.action, origin);
+            slots,
+            o,
+            objs,
+            oo,
+            text,
+            t,
+            k == null ? null : k.attempt(),
+            k == null ? null : k.action,
+            origin);
     known = new Known(m, a);
     return a;
   }
 
   @FunctionalInterface
   private interface DecisionCall {
-    int call(long handle, long knownAttemptId, long[] slots, Object[] objs);
+    int call(long handle, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
   }
 
   private long core(long nowNanos) {
@@ -532,17 +553,18 @@ public final class Heartbeat implements AutoCloseable {
   private State state() {
     long[] slots = new long[Slots.STATE_LEN];
     Object[] objs = new Object[Slots.STATE_OBJS];
+    byte[] text = new byte[Slots.TEXT_LEN];
     Known k = known;
     int status;
     long stamp = enter();
     long h = handle;
     try {
-      status = NativeBridge.nativeState(h, Known.id(k), slots, objs);
+      status = NativeBridge.nativeState(h, Known.id(k), slots, objs, text);
     } finally {
       exit(stamp);
     }
     Slots.check(status, objs);
-    return new State(slots, objs, k == null ? null : k.attempt(), origin);
+    return new State(slots, objs, text, k == null ? null : k.attempt(), origin);
   }
 
   private static final class State {
@@ -553,15 +575,23 @@ public final class Heartbeat implements AutoCloseable {
     final long lastEvent;
     final Optional<Decision> last;
 
-    State(long[] s, Object[] objs, Attempt known, long origin) {
-      action = Slots.action(s, 0, objs, 0, known, null, origin);
+    State(long[] s, Object[] objs, byte[] text, Attempt known, long origin) {
+      action = Slots.action(s, 0, objs, 0, text, 0, known, null, origin);
       reservationId = Optional.ofNullable((String) objs[Slots.S_O_RID]);
       mode = Slots.mode(s[Slots.S_MODE]);
       maxRtt = s[Slots.S_MAX_RTT];
       lastEvent = s[Slots.S_LAST_EVENT];
       last =
           s[Slots.S_HAS_LAST] != 0
-              ? Optional.of(Slots.decision(s, Slots.S_DECISION, objs, Slots.S_O_DECISION, origin))
+              ? Optional.of(
+                  Slots.decision(
+                      s,
+                      Slots.S_DECISION,
+                      objs,
+                      Slots.S_O_DECISION,
+                      text,
+                      Slots.actionText(s, 0),
+                      origin))
               : Optional.empty();
     }
   }
@@ -586,6 +616,7 @@ public final class Heartbeat implements AutoCloseable {
     }
     long[] slots = new long[Slots.ACT_LEN];
     Object[] objs = new Object[2];
+    byte[] text = new byte[Slots.TEXT_LEN];
     int status;
     long m;
     long stamp = enter();
@@ -593,13 +624,13 @@ public final class Heartbeat implements AutoCloseable {
     try {
       synchronized (lock) {
         m = mutations;
-        status = NativeBridge.nativePoll(h, Known.id(k), slots, objs);
+        status = NativeBridge.nativePoll(h, Known.id(k), slots, objs, text);
       }
     } finally {
       exit(stamp);
     }
     Slots.check(status, objs);
-    return remember(m, slots, 0, objs, 0, k);
+    return remember(m, slots, 0, objs, 0, text, 0, k);
   }
 
   /**
@@ -771,9 +802,9 @@ public final class Heartbeat implements AutoCloseable {
     int code = response.status();
     boolean timingUnknown = response.timingUnknown();
     return decide(
-        (h, known, slots, objs) ->
+        (h, known, slots, objs, text) ->
             NativeBridge.nativeResponse(
-                h, attemptId, code, headers, body, timingUnknown, now, known, slots, objs));
+                h, attemptId, code, headers, body, timingUnknown, now, known, slots, objs, text));
   }
 
   /**
@@ -795,8 +826,8 @@ public final class Heartbeat implements AutoCloseable {
     long now = core(nowNanos);
     int code = failureCode(failure);
     return decide(
-        (h, known, slots, objs) ->
-            NativeBridge.nativeFailure(h, attemptId, code, now, known, slots, objs));
+        (h, known, slots, objs, text) ->
+            NativeBridge.nativeFailure(h, attemptId, code, now, known, slots, objs, text));
   }
 
   /**
@@ -810,7 +841,8 @@ public final class Heartbeat implements AutoCloseable {
   public Decision cancel(long nowNanos) {
     long now = core(nowNanos);
     return decide(
-        (h, known, slots, objs) -> NativeBridge.nativeCancel(h, now, known, slots, objs));
+        (h, known, slots, objs, text) ->
+            NativeBridge.nativeCancel(h, now, known, slots, objs, text));
   }
 
   /**

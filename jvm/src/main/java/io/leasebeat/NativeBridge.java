@@ -40,7 +40,8 @@ final class NativeBridge {
       byte[] body,
       boolean timingUnknown,
       long[] slots,
-      Object[] objs);
+      Object[] objs,
+      byte[] text);
 
   static native void nativeFree(long handle);
 
@@ -56,7 +57,8 @@ final class NativeBridge {
       long nowNs,
       long knownAttemptId,
       long[] slots,
-      Object[] objs);
+      Object[] objs,
+      byte[] text);
 
   static native int nativeFailure(
       long handle,
@@ -65,14 +67,15 @@ final class NativeBridge {
       long nowNs,
       long knownAttemptId,
       long[] slots,
-      Object[] objs);
+      Object[] objs,
+      byte[] text);
 
   static native int nativeCancel(
-      long handle, long nowNs, long knownAttemptId, long[] slots, Object[] objs);
+      long handle, long nowNs, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
 
-  static native int nativePoll(long handle, long knownAttemptId, long[] slots, Object[] objs);
+  static native int nativePoll(long handle, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
 
-  static native int nativeState(long handle, long knownAttemptId, long[] slots, Object[] objs);
+  static native int nativeState(long handle, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
 
   static native String nativeDecisionJson(long[] slots, String reservationId, String detail);
 

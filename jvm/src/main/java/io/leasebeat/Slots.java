@@ -1,7 +1,9 @@
 package io.leasebeat;
 
 import java.math.BigInteger;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Optional;
 import java.util.OptionalLong;
@@ -31,7 +33,9 @@ final class Slots {
   static final int D_WARN_COUNT = 12;
   static final int D_WARN = 13;
   static final int D_NUMS = 20;
-  static final int DEC_LEN = 48;
+  static final int D_RID_LEN = 48;
+  static final int D_DETAIL_LEN = 49;
+  static final int DEC_LEN = 50;
   static final long F_AT = 1;
   static final long F_KEY = 2;
   static final long F_KEY_INDEX = 4;
@@ -54,7 +58,9 @@ final class Slots {
   static final int A_SENT_SET = 8;
   static final int A_SENT = 9;
   static final int A_ZERO_WINDOW = 10;
-  static final int ACT_LEN = 11;
+  static final int A_KEY_LEN = 11;
+  static final int A_BODY_LEN = 12;
+  static final int ACT_LEN = 13;
   static final int O_KEY = 0;
   static final int O_BODY = 1;
 
@@ -68,11 +74,17 @@ final class Slots {
   static final int S_MAX_RTT = ACT_LEN + 1;
   static final int S_LAST_EVENT = ACT_LEN + 2;
   static final int S_HAS_LAST = ACT_LEN + 3;
-  static final int S_DECISION = 16;
+  static final int S_DECISION = 18;
   static final int STATE_LEN = S_DECISION + DEC_LEN;
   static final int S_O_RID = 2;
   static final int S_O_DECISION = 3;
   static final int STATE_OBJS = 5;
+
+  /**
+   * The size of the text buffer a hot call gets: strings and bodies that fit come back in it (a
+   * length slot), longer ones as objects (length -2); -1 = absent.
+   */
+  static final int TEXT_LEN = 512;
 
   /** The adoption's handle slot, after its first decision. */
   static final int ADOPT_HANDLE = DECIDED_LEN;
@@ -160,6 +172,26 @@ final class Slots {
     }
   }
 
+  private static String str(long len, byte[] text, int t, Object[] objs, int oi) {
+    if (len == -1) {
+      return null;
+    }
+    if (len == -2) {
+      return (String) objs[oi];
+    }
+    return new String(text, t, (int) len, StandardCharsets.UTF_8);
+  }
+
+  /** Bytes of the text buffer a decision at {@code o} uses. */
+  static int decisionText(long[] s, int o) {
+    return (int) (Math.max(0, s[o + D_RID_LEN]) + Math.max(0, s[o + D_DETAIL_LEN]));
+  }
+
+  /** Bytes of the text buffer an action at {@code o} uses. */
+  static int actionText(long[] s, int o) {
+    return (int) (Math.max(0, s[o + A_KEY_LEN]) + Math.max(0, s[o + A_BODY_LEN]));
+  }
+
   private static <T> T at(T[] table, long i) {
     if (i < 0 || i >= table.length) {
       throw new IllegalStateException("leasebeat: index " + i + " out of range from the core");
@@ -203,7 +235,8 @@ final class Slots {
   }
 
   /** The decision at slot offset {@code o}, objects from {@code oo}. */
-  static Decision decision(long[] s, int o, Object[] objs, int oo, long origin) {
+  static Decision decision(
+      long[] s, int o, Object[] objs, int oo, byte[] text, int t, long origin) {
     long flags = s[o + D_FLAGS];
     Optional<AttemptKind> send = Optional.empty();
     Optional<StopReason> stop = Optional.empty();
@@ -258,8 +291,10 @@ final class Slots {
       long p = s[o + D_PROVEN];
       provenUntil = Optional.of(p == -1L ? Num.INF : Num.ofUnsigned(p));
     }
-    String rid = (String) objs[oo + O_RID];
-    String detail = (String) objs[oo + O_DETAIL];
+    long ridLen = s[o + D_RID_LEN];
+    String rid = str(ridLen, text, t, objs, oo + O_RID);
+    String detail =
+        str(s[o + D_DETAIL_LEN], text, t + (int) Math.max(0, ridLen), objs, oo + O_DETAIL);
     long[] raw = java.util.Arrays.copyOfRange(s, o, o + DEC_LEN);
     return new Decision(
         Optional.ofNullable(rid),
@@ -286,7 +321,15 @@ final class Slots {
    * not sent again when the ids match), reused as is when nothing changed.
    */
   static Action action(
-      long[] s, int o, Object[] objs, int oo, Attempt known, Action knownAction, long origin) {
+      long[] s,
+      int o,
+      Object[] objs,
+      int oo,
+      byte[] text,
+      int t,
+      Attempt known,
+      Action knownAction,
+      long origin) {
     int tag = (int) s[o + A_TAG];
     if (tag == 2) {
       StopReason r = at(Tables.REASONS, s[o + A_REASON]);
@@ -295,7 +338,7 @@ final class Slots {
       }
       return new Action(Action.Type.STOP, Optional.empty(), Optional.of(r));
     }
-    Attempt a = attempt(s, o, objs, oo, known, origin);
+    Attempt a = attempt(s, o, objs, oo, text, t, known, origin);
     Action.Type type = tag == 0 ? Action.Type.SEND : Action.Type.AWAIT_OUTCOME;
     if (knownAction != null
         && knownAction.type() == type
@@ -306,7 +349,7 @@ final class Slots {
   }
 
   private static Attempt attempt(
-      long[] s, int o, Object[] objs, int oo, Attempt known, long origin) {
+      long[] s, int o, Object[] objs, int oo, byte[] text, int t, Attempt known, long origin) {
     long id = s[o + A_ID];
     AttemptKind kind = at(Tables.KINDS, s[o + A_KIND]);
     Num due = s[o + A_DUE_SET] != 0 ? Num.ofUnsigned(s[o + A_DUE]) : Num.INF;
@@ -327,14 +370,19 @@ final class Slots {
       return new Attempt(
           id, kind, due, known.key(), keyIndex, keyUse, known.body(), sent, zeroWindow, origin);
     }
+    long keyLen = s[o + A_KEY_LEN];
+    long bodyLen = s[o + A_BODY_LEN];
+    int b = t + (int) Math.max(0, keyLen);
+    byte[] body =
+        bodyLen == -2 ? (byte[]) objs[oo + O_BODY] : Arrays.copyOfRange(text, b, b + (int) bodyLen);
     return new Attempt(
         id,
         kind,
         due,
-        (String) objs[oo + O_KEY],
+        str(keyLen, text, t, objs, oo + O_KEY),
         keyIndex,
         keyUse,
-        (byte[]) objs[oo + O_BODY],
+        body,
         sent,
         zeroWindow,
         origin);
