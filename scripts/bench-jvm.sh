@@ -9,7 +9,8 @@
 #    Heartbeat.pollAction(); median over batches of 1000, then median over rounds.
 # Prints a small table and the BENCH lines jvm.decision (plus jvm.core_same_process and
 # jvm.overhead: the same calls in Rust in the same run, and the difference).
-# Env: BENCH_ROUNDS (default 7), BENCH_BATCHES (default 40).
+# Env: BENCH_ROUNDS (default 7), BENCH_BATCHES (default 40), BENCH_JAVA_OPTS (default
+# -XX:+UseParallelGC; e.g. -XX:+UseG1GC for the JDK's default collector).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +26,8 @@ jar="$(pwd)/jvm/target/leasebeat-0.1.0.jar"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 javac -d "$work" -cp "$jar" jvm/bench/io/leasebeat/DecisionBench.java
-java -Xms256m -Xmx256m -XX:+UseParallelGC \
+# shellcheck disable=SC2086 # BENCH_JAVA_OPTS is a list of options
+java -Xms256m -Xmx256m -XX:+AlwaysPreTouch ${BENCH_JAVA_OPTS:--XX:+UseParallelGC} \
   -Dbench.rounds="${BENCH_ROUNDS:-7}" -Dbench.batches="${BENCH_BATCHES:-40}" \
   -Djava.library.path="$native_dir" -cp "$work:$jar" io.leasebeat.DecisionBench
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

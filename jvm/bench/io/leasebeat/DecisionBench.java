@@ -120,6 +120,14 @@ final class DecisionBench {
     };
   }
 
+  static long[] round1(double[] v) {
+    long[] r = new long[v.length];
+    for (int i = 0; i < v.length; i++) {
+      r[i] = Math.round(v[i]);
+    }
+    return r;
+  }
+
   static double median(double[] v) {
     double[] s = v.clone();
     Arrays.sort(s);
@@ -175,6 +183,8 @@ final class DecisionBench {
     double ro = median(responseOnly);
     double c = median(core);
     System.out.printf("rounds: %d x %d batches of %d heartbeats%n", rounds, batches, n);
+    System.out.printf("round medians, decision + poll: %s%n", Arrays.toString(round1(primary)));
+    System.out.printf("round medians, core:            %s%n", Arrays.toString(round1(core)));
     System.out.printf("%-58s %10s%n", "what (median ns per operation)", "ns");
     System.out.printf("%-58s %10.1f%n", "java handleResponse(200 extend) + pollAction", p);
     System.out.printf("%-58s %10.1f%n", "java handleResponse(200 extend) only", ro);
