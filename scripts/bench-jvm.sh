@@ -6,7 +6,9 @@
 #    package-private hook that runs the same calls in Rust inside the same process);
 #  - timed region, per prepared heartbeat (create answered, first extend in flight, as in
 #    core/benches/heartbeat.rs): Heartbeat.handleResponse(id, 200 + extend body, 38.6 s) then
-#    Heartbeat.pollAction(); median over batches of 1000, then median over rounds.
+#    Heartbeat.pollAction(); median over batches of 1000, then median over rounds. A full GC
+#    after each batch's setup (not timed) compacts the heartbeats' Java objects, as in a running
+#    service; without it (BENCH_JAVA_OPTS=-Dbench.gc=false) the Java figure varies 2-5x.
 # Prints a small table and the BENCH lines jvm.decision (plus jvm.core_same_process and
 # jvm.overhead: the same calls in Rust in the same run, and the difference).
 # Env: BENCH_ROUNDS (default 7), BENCH_BATCHES (default 40), BENCH_JAVA_OPTS (default

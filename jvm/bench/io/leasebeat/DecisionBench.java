@@ -12,7 +12,8 @@ import java.util.Arrays;
  * 38.6 s)} then {@code pollAction()}, once per prepared heartbeat, over a batch; ns per operation =
  * batch time / batch size. The Response object is built once, outside the timed region (as
  * Response::new(200).body(EXTEND) is inside the Rust one: that copy is the core's input). Each
- * round reports a median over its batches; the figure is the median of the rounds.
+ * round reports a median over its batches; the figure is the median of the rounds. A full GC runs
+ * after each batch's setup, outside the timed region (see {@link #GC}).
  */
 final class DecisionBench {
   static final long MS = 1_000_000L;
@@ -25,6 +26,14 @@ final class DecisionBench {
   static final Response EXTEND_OK = Response.of(200).withBody(EXTEND.getBytes(StandardCharsets.UTF_8));
 
   static volatile Object sink;
+
+  /**
+   * A full GC after each batch's setup (default true): the heartbeats' Java objects are then
+   * compacted, as long-lived ones are in a running service. Without it they lie scattered among
+   * the setup's garbage and the Java rounds of one run vary 2-5x (measured), while the Rust ones
+   * do not.
+   */
+  static final boolean GC = !"false".equals(System.getProperty("bench.gc"));
 
   private DecisionBench() {}
 
@@ -47,6 +56,9 @@ final class DecisionBench {
     long[] ids = new long[n];
     for (int i = 0; i < n; i++) {
       hbs[i] = inFlight(ids, i);
+    }
+    if (GC) {
+      System.gc(); // live heartbeats compacted, as long-lived ones are in a running service
     }
     Object last = null;
     long t0 = System.nanoTime();
@@ -74,6 +86,9 @@ final class DecisionBench {
       handles[i] = hf.getLong(hbs[i]);
     }
     byte[] body = EXTEND_OK.rawBody();
+    if (GC) {
+      System.gc();
+    }
     long[][] slots = new long[n][];
     Object[][] objs = new Object[n][];
     byte[][] texts = new byte[n][];
