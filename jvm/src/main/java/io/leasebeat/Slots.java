@@ -295,7 +295,8 @@ final class Slots {
     String rid = str(ridLen, text, t, objs, oo + O_RID);
     String detail =
         str(s[o + D_DETAIL_LEN], text, t + (int) Math.max(0, ridLen), objs, oo + O_DETAIL);
-    long[] raw = java.util.Arrays.copyOfRange(s, o, o + DEC_LEN);
+    // Kept for the JSON on demand; every call allocates its own slots, so offset 0 is not copied.
+    long[] raw = o == 0 ? s : Arrays.copyOfRange(s, o, o + DEC_LEN);
     return new Decision(
         Optional.ofNullable(rid),
         send,
