@@ -1,24 +1,37 @@
 //! JNI library of leasebeat: the native half of the Java binding
 //! (`io.leasebeat.NativeBridge`).
 //!
-//! The interface is deliberately narrow. Every entry point takes only Java
-//! primitives and `byte[]` (strings travel as UTF-8 bytes) and returns one
-//! `byte[]`: an *envelope* that the Java side decodes with a `ByteBuffer`.
-//! Nothing here constructs Java objects or throws, except through jni's
-//! `ThrowRuntimeExAndDefault` policy when JNI itself fails, so the surface
-//! of the JNI API in use stays tiny.
+//! Two calling conventions:
 //!
-//! Envelope (big-endian): one status byte, then
-//! * `0` OK: the payload of the call;
-//! * `1` ERROR: the Java `Code` constant name, the stable code string and the
-//!   message (core errors);
-//! * `2` PANIC: the panic message. Every entry point runs its body inside
-//!   `catch_unwind` (and `EnvUnowned::with_env` adds a second one), so a
-//!   panic becomes a Java `LeaseException` with `Code.PANIC`, never an abort.
+//! * Hot calls (events, polls, the adoption): the Java side passes a `long[]`
+//!   of *slots*, an `Object[]` and a `byte[]` *text* buffer it owns; the call
+//!   fills the slots with primitives (indices of enum constants, u64 bit
+//!   patterns, i128 halves, text lengths) and the text buffer with the bytes
+//!   of what really is text or bytes (the reservation id, a detail, the
+//!   attempt's key and body; one that does not fit comes as an object
+//!   instead), so the hot path creates no Java object in Rust. A decision
+//!   also brings back the action it leaves ([`DECIDED_LEN`]), so that the
+//!   `pollAction()` after it needs no second crossing. Returns a status: `0` OK,
+//!   `1` core ERROR (objects 0 and 1: the Java `Code` constant name and the
+//!   message), `2` PANIC (object 1: the message). The layout is below
+//!   ([`dec`], [`act`], [`state`]) and mirrored in `Slots.java`. Nothing is
+//!   serialized: the decision's JSON is written by the core only when Java
+//!   asks for it (`Decision.toJson()` → [`nativeDecisionJson`]).
+//! * Cold calls (construction, catalog, arithmetic, Retry-After) return one
+//!   `byte[]` *envelope* decoded by `Wire.java` (big-endian): a status byte
+//!   (`0` OK + payload, `1` ERROR: Java constant, stable code, message, `2`
+//!   PANIC: message). Payload encodings: `str` = u32 length + UTF-8; `num` =
+//!   u8 tag (0 = -inf, 1 = finite, 2 = +inf) then, if finite, the i128 as 16
+//!   bytes; `u64` = 8 bytes.
 //!
-//! Encodings used in payloads: `str` = u32 length + UTF-8; `opt<T>` = u8 0/1
-//! then T; `num` = u8 tag (0 = -inf, 1 = finite, 2 = +inf) then, if finite,
-//! the i128 as 16 bytes; `u64` = 8 bytes, read as an unsigned value in Java.
+//! Every entry point runs its body inside `catch_unwind` (and
+//! `EnvUnowned::with_env` adds a second one), so a panic becomes a Java
+//! `LeaseException` with `Code.PANIC`, never an abort. A JNI failure becomes a
+//! pending `RuntimeException` (jni's `ThrowRuntimeExAndDefault`).
+//!
+//! Enum constants cross as indices into tables that [`nativeCatalog`] sends
+//! once (Java maps each stable string to its constant), so no Java ordinal is
+//! assumed.
 //!
 //! The handle is a `Box<Handle>` turned into a `jlong`. The Java side
 //! guarantees it is freed once, never while another call is inside, and
@@ -28,14 +41,15 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
 use jni::errors::ThrowRuntimeExAndDefault;
-use jni::objects::{JByteArray, JClass};
+use jni::objects::{JByteArray, JClass, JLongArray, JObjectArray, JString};
 use jni::refs::Reference;
 use jni::sys::{jboolean, jint, jlong};
 use jni::{Env, EnvUnowned};
 use leasebeat::arith;
 use leasebeat::{
-    Action, AdoptedCreate, Attempt, Config, CreateOutcome, Decision, ErrorKind, Heartbeat, Next,
-    Num, Response, SequentialKeys, StopReason, TransportFailure,
+    Action, AdoptedCreate, Attempt, AttemptKind, Config, CreateOutcome, Decision, ErrorKind,
+    Heartbeat, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, Response, SequentialKeys,
+    StopReason, TransportFailure, Warning,
 };
 use serde_json::Value;
 
@@ -48,69 +62,50 @@ struct Handle {
     hb: Mutex<Heartbeat>,
 }
 
-/// A payload writer.
-#[derive(Default)]
-struct W(Vec<u8>);
+// ----- enum tables -----
 
-impl W {
-    fn ok() -> W {
-        W(vec![OK])
-    }
-    fn u8(&mut self, v: u8) -> &mut W {
-        self.0.push(v);
-        self
-    }
-    fn bool(&mut self, v: bool) -> &mut W {
-        self.u8(u8::from(v))
-    }
-    fn u32(&mut self, v: u32) -> &mut W {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn u64(&mut self, v: u64) -> &mut W {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn bytes(&mut self, v: &[u8]) -> &mut W {
-        // Lengths above u32::MAX cannot occur: Java arrays are shorter.
-        self.u32(u32::try_from(v.len()).unwrap_or(u32::MAX));
-        self.0.extend_from_slice(v);
-        self
-    }
-    fn str(&mut self, v: &str) -> &mut W {
-        self.bytes(v.as_bytes())
-    }
-    fn opt_str(&mut self, v: Option<&str>) -> &mut W {
-        match v {
-            None => self.u8(0),
-            Some(s) => self.u8(1).str(s),
-        }
-    }
-    fn opt_u64(&mut self, v: Option<u64>) -> &mut W {
-        match v {
-            None => self.u8(0),
-            Some(x) => self.u8(1).u64(x),
-        }
-    }
-    fn num(&mut self, n: Num) -> &mut W {
-        match n {
-            Num::NegInf => self.u8(0),
-            Num::Int(v) => {
-                self.u8(1);
-                self.0.extend_from_slice(&v.to_be_bytes());
-                self
+/// A table of enum constants: `$all` lists them in the index order Java
+/// learns from the catalog; `$index` maps a constant to its index. The match
+/// is exhaustive, so a new constant in the core is a compile error here.
+macro_rules! table {
+    ($index:ident, $all:ident, $t:ident, [$($v:ident),* $(,)?]) => {
+        const $all: &[$t] = &[$($t::$v),*];
+        fn $index(v: $t) -> i64 {
+            match v {
+                $($t::$v)|* => {}
             }
-            Num::Inf => self.u8(2),
+            index_in($all, v)
         }
-    }
-    /// A u64 duration where `u64::MAX` is +infinity (P-2).
-    fn ms(&mut self, v: u64) -> &mut W {
-        self.num(Num::from_ms(v))
-    }
-    /// A plain u64 count or value (never infinite).
-    fn count(&mut self, v: u64) -> &mut W {
-        self.num(Num::Int(i128::from(v)))
-    }
+    };
+}
+
+fn index_in<T: PartialEq>(all: &[T], v: T) -> i64 {
+    all.iter().position(|x| *x == v).map_or(-1, |i| i as i64)
+}
+
+table!(kind_index, KINDS, AttemptKind, [Create, Extend]);
+table!(key_use_index, KEY_USES, KeyUse, [New, Same]);
+table!(mode_index, MODES, Mode, [Primary, Fallback]);
+table!(warning_index, WARNINGS, Warning, [ExtensionBudgetDepleting]);
+table!(
+    outcome_index,
+    OUTCOMES,
+    OutcomeClass,
+    [
+        Success,
+        Ambiguous,
+        TransportFailure,
+        ServerError,
+        Throttled,
+        Permanent,
+        Rejected,
+        Unexpected,
+        Cancelled,
+    ]
+);
+
+fn reason_index(r: StopReason) -> i64 {
+    index_in(&StopReason::ALL, r)
 }
 
 /// The Java `Code` constant for a core error kind. Exhaustive on purpose: a
@@ -150,20 +145,253 @@ fn java_reason(reason: StopReason) -> &'static str {
     }
 }
 
-fn error_envelope(e: &leasebeat::Error) -> Vec<u8> {
-    let mut w = W::default();
-    w.u8(ERROR)
-        .str(java_code(e.kind()))
-        .str(e.kind().code())
-        .str(e.message());
-    w.0
+/// The numbers of a decision in `Numbers::NAMES` order (checked by
+/// [`numbers_order_ok`]); the struct literal in [`numbers_from`] makes a new
+/// number a compile error here.
+fn numbers_array(n: &Numbers) -> [Option<Num>; 14] {
+    [
+        n.rtt,
+        n.max_rtt,
+        n.lead_floor,
+        n.attempt_budget,
+        n.safety_margin,
+        n.retry_reserve,
+        n.next_delay,
+        n.lead,
+        n.retry_window,
+        n.retry_delay,
+        n.lead_min,
+        n.grant,
+        n.cadence,
+        n.skips,
+    ]
 }
 
-fn arg_error(message: &str) -> Vec<u8> {
-    error_envelope(&leasebeat::Error::new(ErrorKind::InvalidArgument, message))
+fn numbers_from(a: [Option<Num>; 14]) -> Numbers {
+    let [
+        rtt,
+        max_rtt,
+        lead_floor,
+        attempt_budget,
+        safety_margin,
+        retry_reserve,
+        next_delay,
+        lead,
+        retry_window,
+        retry_delay,
+        lead_min,
+        grant,
+        cadence,
+        skips,
+    ] = a;
+    Numbers {
+        rtt,
+        max_rtt,
+        lead_floor,
+        attempt_budget,
+        safety_margin,
+        retry_reserve,
+        next_delay,
+        lead,
+        retry_window,
+        retry_delay,
+        lead_min,
+        grant,
+        cadence,
+        skips,
+    }
 }
 
-fn panic_envelope(payload: Box<dyn std::any::Any + Send>) -> Vec<u8> {
+/// Whether [`numbers_array`] follows `Numbers::NAMES` (the order Java uses).
+fn numbers_order_ok() -> bool {
+    let mut a = [None; 14];
+    for (i, v) in a.iter_mut().enumerate() {
+        *v = Some(Num::Int(i as i128));
+    }
+    let n = numbers_from(a);
+    Numbers::NAMES.len() == 14
+        && Numbers::NAMES.iter().enumerate().all(|(i, name)| {
+            n.get(name) == Some(Num::Int(i as i128)) && numbers_array(&n)[i] == a[i]
+        })
+}
+
+// ----- slot layouts (mirrored in Slots.java) -----
+
+/// A decision: `dec::LEN` slots from an offset, objects (reservation id,
+/// detail) from an offset.
+mod dec {
+    /// 0 send, 1 stop.
+    pub const NEXT: usize = 0;
+    /// Attempt kind index (send) or stop reason index (stop).
+    pub const WHAT: usize = 1;
+    /// Presence bits, `F_*`.
+    pub const FLAGS: usize = 2;
+    pub const AT: usize = 3;
+    pub const KEY: usize = 4;
+    pub const KEY_INDEX: usize = 5;
+    pub const MODE: usize = 6;
+    pub const OUTCOME: usize = 7;
+    pub const PROVEN: usize = 8;
+    pub const EXPIRES: usize = 9;
+    pub const REMAINING: usize = 10;
+    /// Two bits per number in `Numbers::NAMES` order: 0 absent, 1 finite,
+    /// 2 +inf, 3 -inf.
+    pub const NUM_TAGS: usize = 11;
+    pub const WARN_COUNT: usize = 12;
+    /// Warning indices, at most `MAX_WARN`.
+    pub const WARN: usize = 13;
+    pub const MAX_WARN: usize = 7;
+    /// Per number: the high then the low 64 bits of the i128.
+    pub const NUMS: usize = 20;
+    /// The byte lengths of the reservation id and the detail in the text
+    /// buffer (-1 absent, -2 too long for it: the object instead).
+    pub const RID_LEN: usize = 48;
+    pub const DETAIL_LEN: usize = 49;
+    pub const LEN: usize = 50;
+
+    pub const F_AT: i64 = 1;
+    pub const F_KEY: i64 = 2;
+    pub const F_KEY_INDEX: i64 = 4;
+    pub const F_MODE: i64 = 8;
+    pub const F_PROVEN: i64 = 16;
+    pub const F_EXPIRES: i64 = 32;
+    pub const F_REMAINING: i64 = 64;
+
+    /// Objects: the reservation id, the detail.
+    pub const O_RID: usize = 0;
+    pub const O_DETAIL: usize = 1;
+}
+
+/// An action (`poll_action`): `act::LEN` slots from an offset (0 for a poll,
+/// [`dec::LEN`] after a decision, [`DECIDED_LEN`]); objects from an offset
+/// (0 for a poll, 2 after a decision): the key (`String`) and the body
+/// (`byte[]`), set only when the attempt's id is not the one the caller
+/// already holds.
+mod act {
+    /// 0 send, 1 await outcome, 2 stop.
+    pub const TAG: usize = 0;
+    pub const REASON: usize = 1;
+    pub const ID: usize = 2;
+    pub const KIND: usize = 3;
+    /// 1 when `DUE` holds the due time (else +infinity).
+    pub const DUE_SET: usize = 4;
+    pub const DUE: usize = 5;
+    pub const KEY_INDEX: usize = 6;
+    pub const KEY_USE: usize = 7;
+    pub const SENT_SET: usize = 8;
+    pub const SENT: usize = 9;
+    pub const ZERO_WINDOW: usize = 10;
+    /// Text lengths of the key and the body, as [`dec::RID_LEN`] (-1 also
+    /// when the caller holds the attempt already).
+    pub const KEY_LEN: usize = 11;
+    pub const BODY_LEN: usize = 12;
+    pub const LEN: usize = 13;
+
+    pub const O_KEY: usize = 0;
+    pub const O_BODY: usize = 1;
+}
+
+/// The state (`nativeState`): the action, then these slots; objects: key,
+/// body, reservation id, then the last decision's two.
+mod state {
+    /// -1 none, else the mode index.
+    pub const MODE: usize = super::act::LEN;
+    pub const MAX_RTT: usize = MODE + 1;
+    pub const LAST_EVENT: usize = MODE + 2;
+    /// 1 when a last decision follows at `DECISION`.
+    pub const HAS_LAST: usize = MODE + 3;
+    pub const DECISION: usize = 18;
+    pub const LEN: usize = DECISION + super::dec::LEN;
+
+    pub const O_RID: usize = 2;
+    pub const O_DECISION: usize = 3;
+}
+
+/// A decision-returning call writes the decision, then the action it leaves
+/// (so that the `pollAction()` that follows needs no second crossing): this
+/// many slots; objects: the decision's two, then the action's two.
+const DECIDED_LEN: usize = dec::LEN + act::LEN;
+const DECIDED_O_ACTION: usize = 2;
+
+/// The adoption: a decided result, then the handle.
+const ADOPT_HANDLE: usize = DECIDED_LEN;
+
+// ----- the hot calling convention -----
+
+/// Why a call produced no result.
+enum Fail {
+    Core(leasebeat::Error),
+    Jni(jni::errors::Error),
+}
+
+impl From<jni::errors::Error> for Fail {
+    fn from(e: jni::errors::Error) -> Fail {
+        Fail::Jni(e)
+    }
+}
+
+impl From<leasebeat::Error> for Fail {
+    fn from(e: leasebeat::Error) -> Fail {
+        Fail::Core(e)
+    }
+}
+
+fn arg_fail(message: &str) -> Fail {
+    Fail::Core(leasebeat::Error::new(ErrorKind::InvalidArgument, message))
+}
+
+/// Where a hot call writes its result.
+struct Out<'a, 'c> {
+    slots: [i64; state::LEN + 1],
+    objs: &'a JObjectArray<'c>,
+    /// Bytes for the Java-owned text buffer (strings and bodies one after
+    /// the other, in the order they are put), at most `text_cap`.
+    text: Vec<i8>,
+    text_cap: usize,
+}
+
+impl Out<'_, '_> {
+    /// Hands bytes to Java: appended to the text buffer when they fit (slot =
+    /// their length), else as a `String` (`string`) or `byte[]` at object
+    /// `obj` (slot = -2). Creating no Java object in Rust is the fast path.
+    fn put_text(
+        &mut self,
+        env: &mut Env<'_>,
+        slot: usize,
+        obj: usize,
+        b: &str,
+        string: bool,
+    ) -> Result<(), Fail> {
+        self.put_bytes(env, slot, obj, b.as_bytes(), string)
+    }
+
+    fn put_bytes(
+        &mut self,
+        env: &mut Env<'_>,
+        slot: usize,
+        obj: usize,
+        b: &[u8],
+        string: bool,
+    ) -> Result<(), Fail> {
+        if self.text.len() + b.len() <= self.text_cap {
+            self.text.extend(b.iter().map(|&x| x as i8));
+            self.slots[slot] = b.len() as i64;
+            return Ok(());
+        }
+        if string {
+            let text = std::str::from_utf8(b).map_err(|_| arg_fail("text is not UTF-8"))?;
+            let local = env.new_string(text)?;
+            self.objs.set_element(env, obj, &local)?;
+        } else {
+            let local = env.byte_array_from_slice(b)?;
+            self.objs.set_element(env, obj, &local)?;
+        }
+        self.slots[slot] = -2;
+        Ok(())
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     let message = if let Some(s) = payload.downcast_ref::<&'static str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -173,61 +401,73 @@ fn panic_envelope(payload: Box<dyn std::any::Any + Send>) -> Vec<u8> {
     };
     // Dropping a payload may itself panic; leak it instead.
     std::mem::forget(payload);
-    let mut w = W::default();
-    w.u8(PANIC).str(&format!("Rust panic: {message}"));
-    w.0
+    format!("Rust panic: {message}")
 }
 
-fn envelope(r: Result<W, leasebeat::Error>) -> Vec<u8> {
-    match r {
-        Ok(w) => w.0,
-        Err(e) => error_envelope(&e),
-    }
-}
-
-/// Runs one entry point: `f` builds the envelope; a panic inside it becomes a
-/// PANIC envelope; a JNI failure becomes a pending `RuntimeException`.
-fn run<'c, F>(mut unowned: EnvUnowned<'c>, f: F) -> JByteArray<'c>
+/// Runs one hot entry point: `f` fills `out.slots` (of which the first
+/// `used` go to Java) and the objects. Returns the status (see the module
+/// documentation).
+fn hot<'c, F>(
+    mut unowned: EnvUnowned<'c>,
+    slots: JLongArray<'c>,
+    objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
+    f: F,
+) -> jint
 where
-    F: FnOnce(&mut Env<'c>) -> jni::errors::Result<Vec<u8>>,
+    F: FnOnce(&mut Env<'c>, &mut Out<'_, 'c>) -> Result<usize, Fail>,
 {
     unowned
-        .with_env(|env| -> jni::errors::Result<JByteArray<'c>> {
-            let bytes = match catch_unwind(AssertUnwindSafe(|| f(env))) {
-                Ok(r) => r?,
-                Err(payload) => panic_envelope(payload),
+        .with_env(|env| -> jni::errors::Result<jint> {
+            let text_cap = if text.is_null() { 0 } else { text.len(env)? };
+            let mut out = Out {
+                slots: [0; state::LEN + 1],
+                objs: &objs,
+                text: Vec::with_capacity(text_cap),
+                text_cap,
             };
-            env.byte_array_from_slice(&bytes)
+            let r = catch_unwind(AssertUnwindSafe(|| f(env, &mut out)));
+            let (status, code, message) = match r {
+                Ok(Ok(used)) => {
+                    if used > 0 {
+                        slots.set_region(env, 0, &out.slots[..used])?;
+                    }
+                    if !out.text.is_empty() {
+                        text.set_region(env, 0, &out.text)?;
+                    }
+                    return Ok(0);
+                }
+                Ok(Err(Fail::Jni(e))) => return Err(e),
+                Ok(Err(Fail::Core(e))) => (1, Some(java_code(e.kind())), e.message().to_owned()),
+                Err(payload) => (2, None, panic_message(payload)),
+            };
+            if let Some(code) = code {
+                let code = env.new_string(code)?;
+                objs.set_element(env, 0, &code)?;
+            }
+            let message = env.new_string(message)?;
+            objs.set_element(env, 1, &message)?;
+            Ok(status)
         })
         .resolve::<ThrowRuntimeExAndDefault>()
 }
 
-/// A nullable `byte[]` argument.
-fn opt_bytes(env: &Env<'_>, a: &JByteArray<'_>) -> jni::errors::Result<Option<Vec<u8>>> {
-    if a.is_null() {
-        Ok(None)
-    } else {
-        env.convert_byte_array(a).map(Some)
-    }
-}
-
 /// Runs `f` on the heartbeat behind `handle`.
-fn with_hb(handle: jlong, f: impl FnOnce(&mut Heartbeat) -> Vec<u8>) -> Vec<u8> {
+fn with_hb<T>(handle: jlong, f: impl FnOnce(&mut Heartbeat) -> Result<T, Fail>) -> Result<T, Fail> {
     if handle == 0 {
-        return arg_error("null heartbeat handle");
+        return Err(arg_fail("null heartbeat handle"));
     }
-    // SAFETY: a non-zero handle comes from `nativeNew` (Box::into_raw) and the
-    // Java side never passes it after `nativeFree` nor concurrently with it.
+    // SAFETY: a non-zero handle comes from `into_handle` (Box::into_raw) and
+    // the Java side never passes it after `nativeFree` nor concurrently with it.
     let h = unsafe { &*(handle as usize as *const Handle) };
     match h.hb.lock() {
         Ok(mut hb) => f(&mut hb),
-        Err(_) => {
-            let mut w = W::default();
-            w.u8(PANIC)
-                .str("Rust panic: the heartbeat is unusable after an earlier panic");
-            w.0
-        }
+        Err(_) => panic!("the heartbeat is unusable after an earlier panic"),
     }
+}
+
+fn into_handle(hb: Heartbeat) -> u64 {
+    Box::into_raw(Box::new(Handle { hb: Mutex::new(hb) })) as usize as u64
 }
 
 /// A Java long carrying a u64 bit pattern.
@@ -235,66 +475,137 @@ fn u64_of(v: jlong) -> u64 {
     v as u64
 }
 
-// ----- payload encoders -----
+fn bits(v: u64) -> i64 {
+    v as i64
+}
 
-fn put_decision(w: &mut W, d: &Decision) {
-    w.opt_str(d.reservation_id.as_deref());
+/// Writes decision `d` at slot offset `o` and object offset `oo`.
+fn put_decision(
+    env: &mut Env<'_>,
+    out: &mut Out<'_, '_>,
+    o: usize,
+    oo: usize,
+    d: &Decision,
+) -> Result<(), Fail> {
+    let s = &mut out.slots[o..o + dec::LEN];
+    let mut flags = 0;
     match d.next {
         Next::Send(kind) => {
-            w.u8(0).str(kind.as_str());
+            s[dec::NEXT] = 0;
+            s[dec::WHAT] = kind_index(kind);
         }
         Next::Stop(reason) => {
-            w.u8(1).str(java_reason(reason)).str(reason.as_str());
+            s[dec::NEXT] = 1;
+            s[dec::WHAT] = reason_index(reason);
         }
     }
-    w.opt_u64(d.at_ns);
-    w.opt_str(d.key.map(|k| k.as_str()));
-    w.opt_u64(d.key_index.map(u64::from));
-    w.opt_str(d.mode.map(|m| m.as_str()));
-    let numbers: Vec<(&str, Num)> = d.numbers.iter().collect();
-    w.u32(numbers.len() as u32);
-    for (name, value) in numbers {
-        w.str(name).num(value);
+    let mut opt = |slot: usize, flag: i64, v: Option<i64>| {
+        if let Some(v) = v {
+            s[slot] = v;
+            flags |= flag;
+        }
+    };
+    opt(dec::AT, dec::F_AT, d.at_ns.map(bits));
+    opt(dec::KEY, dec::F_KEY, d.key.map(key_use_index));
+    opt(dec::KEY_INDEX, dec::F_KEY_INDEX, d.key_index.map(i64::from));
+    opt(dec::MODE, dec::F_MODE, d.mode.map(mode_index));
+    opt(dec::PROVEN, dec::F_PROVEN, d.proven_until_ns.map(bits));
+    opt(dec::EXPIRES, dec::F_EXPIRES, d.expires_at_ms.map(bits));
+    opt(
+        dec::REMAINING,
+        dec::F_REMAINING,
+        d.remaining_ttl_ms.map(bits),
+    );
+    s[dec::FLAGS] = flags;
+    s[dec::OUTCOME] = outcome_index(d.outcome);
+    let mut tags = 0i64;
+    for (i, n) in numbers_array(&d.numbers).into_iter().enumerate() {
+        let tag = match n {
+            None => 0,
+            Some(Num::Int(v)) => {
+                s[dec::NUMS + 2 * i] = (v >> 64) as i64;
+                s[dec::NUMS + 2 * i + 1] = v as i64;
+                1
+            }
+            Some(Num::Inf) => 2,
+            Some(Num::NegInf) => 3,
+        };
+        tags |= tag << (2 * i);
     }
-    w.u32(d.warnings.len() as u32);
-    for warning in &d.warnings {
-        w.str(warning.as_str());
+    s[dec::NUM_TAGS] = tags;
+    if d.warnings.len() > dec::MAX_WARN {
+        panic!("more than {} warnings in one decision", dec::MAX_WARN);
     }
-    w.str(d.outcome.as_str());
-    w.opt_str(d.detail.as_deref());
-    // D-15 and the deciding success's instants (u64::MAX proven_until = +infinity).
-    w.opt_u64(d.proven_until_ns)
-        .opt_u64(d.expires_at_ms)
-        .opt_u64(d.remaining_ttl_ms);
-    w.str(&d.to_json_string());
+    s[dec::WARN_COUNT] = d.warnings.len() as i64;
+    for (i, w) in d.warnings.iter().enumerate() {
+        s[dec::WARN + i] = warning_index(*w);
+    }
+    match d.reservation_id.as_deref() {
+        None => out.slots[o + dec::RID_LEN] = -1,
+        Some(rid) => out.put_text(env, o + dec::RID_LEN, oo + dec::O_RID, rid, true)?,
+    }
+    match d.detail.as_deref() {
+        None => out.slots[o + dec::DETAIL_LEN] = -1,
+        Some(t) => out.put_text(env, o + dec::DETAIL_LEN, oo + dec::O_DETAIL, t, true)?,
+    }
+    Ok(())
 }
 
-fn put_attempt(w: &mut W, a: &Attempt) {
-    w.u64(a.id)
-        .str(a.kind.as_str())
-        .opt_u64(a.due_ns)
-        .str(&a.key)
-        .u64(u64::from(a.key_index))
-        .str(a.key_use.as_str())
-        .bytes(&a.body)
-        .opt_u64(a.sent_ns)
-        .bool(a.is_zero_window_retry());
+/// Writes an action at slot offset `o` and object offset `oo`; the key and
+/// body objects only when the attempt is not `known_id`.
+fn put_action(
+    env: &mut Env<'_>,
+    out: &mut Out<'_, '_>,
+    o: usize,
+    oo: usize,
+    action: Action<'_>,
+    known_id: u64,
+) -> Result<(), Fail> {
+    let s = &mut out.slots[o..o + act::LEN];
+    let a: &Attempt = match action {
+        Action::Send(a) => {
+            s[act::TAG] = 0;
+            a
+        }
+        Action::AwaitOutcome(a) => {
+            s[act::TAG] = 1;
+            a
+        }
+        Action::Stop(r) => {
+            s[act::TAG] = 2;
+            s[act::REASON] = reason_index(r);
+            s[act::KEY_LEN] = -1;
+            s[act::BODY_LEN] = -1;
+            return Ok(());
+        }
+    };
+    s[act::ID] = bits(a.id);
+    s[act::KIND] = kind_index(a.kind);
+    s[act::DUE_SET] = i64::from(a.due_ns.is_some());
+    s[act::DUE] = bits(a.due_ns.unwrap_or(0));
+    s[act::KEY_INDEX] = i64::from(a.key_index);
+    s[act::KEY_USE] = key_use_index(a.key_use);
+    s[act::SENT_SET] = i64::from(a.sent_ns.is_some());
+    s[act::SENT] = bits(a.sent_ns.unwrap_or(0));
+    s[act::ZERO_WINDOW] = i64::from(a.is_zero_window_retry());
+    if a.id == known_id {
+        s[act::KEY_LEN] = -1;
+        s[act::BODY_LEN] = -1;
+    } else {
+        out.put_text(env, o + act::KEY_LEN, oo + act::O_KEY, &a.key, true)?;
+        out.put_bytes(env, o + act::BODY_LEN, oo + act::O_BODY, &a.body, false)?;
+    }
+    Ok(())
 }
 
-fn decision_result(r: Result<Decision, leasebeat::Error>) -> Vec<u8> {
-    envelope(r.map(|d| {
-        let mut w = W::ok();
-        put_decision(&mut w, &d);
-        w
-    }))
-}
+// ----- inputs -----
 
-fn parse_failure(code: jint) -> Option<TransportFailure> {
+fn parse_failure(code: jint) -> Result<TransportFailure, Fail> {
     match code {
-        0 => Some(TransportFailure::Timeout),
-        1 => Some(TransportFailure::Connect),
-        2 => Some(TransportFailure::Reset),
-        _ => None,
+        0 => Ok(TransportFailure::Timeout),
+        1 => Ok(TransportFailure::Connect),
+        2 => Ok(TransportFailure::Reset),
+        _ => Err(arg_fail(&format!("unknown transport failure {code}"))),
     }
 }
 
@@ -326,184 +637,49 @@ fn parse_headers(b: &[u8]) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
     b.is_empty().then_some(out)
 }
 
-// ----- entry points: lifecycle -----
-
-/// `static native byte[] nativeNew(long ttlMs, long timeoutBits, boolean
-/// timeoutUnbounded, byte[] createRequestJson, byte[] keyPrefix)`: OK payload
-/// is the handle (u64).
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeNew<'c>(
-    env: EnvUnowned<'c>,
-    _class: JClass<'c>,
-    ttl_ms: jlong,
-    timeout_bits: jlong,
-    timeout_unbounded: jboolean,
-    create_request: JByteArray<'c>,
-    key_prefix: JByteArray<'c>,
-) -> JByteArray<'c> {
-    run(env, |env| {
-        let create_request = opt_bytes(env, &create_request)?;
-        let key_prefix = opt_bytes(env, &key_prefix)?;
-        let config = match config_of(ttl_ms, timeout_bits, timeout_unbounded, create_request) {
-            Ok(c) => c,
-            Err(e) => return Ok(error_envelope(&e)),
-        };
-        let hb = match key_prefix {
-            None => Heartbeat::new(config),
-            Some(prefix) => match String::from_utf8(prefix) {
-                Ok(prefix) => {
-                    Heartbeat::with_key_source(config, Box::new(SequentialKeys::new(prefix)))
-                }
-                Err(_) => return Ok(arg_error("keyPrefix is not valid UTF-8")),
-            },
-        };
-        Ok(handle_envelope(hb))
-    })
+/// A nullable `byte[]` argument, copied once (one `GetByteArrayRegion`).
+fn opt_bytes(env: &Env<'_>, a: &JByteArray<'_>) -> jni::errors::Result<Option<Vec<u8>>> {
+    if a.is_null() {
+        Ok(None)
+    } else {
+        env.convert_byte_array(a).map(Some)
+    }
 }
 
-/// The envelope of a new heartbeat: OK with the handle (u64), or the error.
-fn handle_envelope(hb: Result<Heartbeat, leasebeat::Error>) -> Vec<u8> {
-    envelope(hb.map(|hb| {
-        let raw = Box::into_raw(Box::new(Handle { hb: Mutex::new(hb) }));
-        let mut w = W::ok();
-        w.u64(raw as usize as u64);
-        w
-    }))
+/// A nullable UTF-8 `byte[]` argument as a string.
+fn opt_text(env: &Env<'_>, a: &JByteArray<'_>, what: &str) -> Result<Option<String>, Fail> {
+    match opt_bytes(env, a)? {
+        None => Ok(None),
+        Some(b) => String::from_utf8(b)
+            .map(Some)
+            .map_err(|_| arg_fail(&format!("{what} is not valid UTF-8"))),
+    }
 }
 
-/// `static native byte[] nativeForReservation(long ttlMs, long timeoutBits,
-/// boolean timeoutUnbounded, byte[] reservationId, byte[] keyPrefix)`: a
-/// heartbeat for an existing reservation (`Heartbeat::for_reservation`),
-/// whose first action is an immediate extension. OK payload is the handle
-/// (u64).
-#[unsafe(no_mangle)]
-pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeForReservation<'c>(
-    env: EnvUnowned<'c>,
-    _class: JClass<'c>,
-    ttl_ms: jlong,
-    timeout_bits: jlong,
-    timeout_unbounded: jboolean,
-    reservation_id: JByteArray<'c>,
-    key_prefix: JByteArray<'c>,
-) -> JByteArray<'c> {
-    run(env, |env| {
-        let Some(reservation_id) = opt_bytes(env, &reservation_id)? else {
-            return Ok(arg_error("reservationId is null"));
-        };
-        let Ok(reservation_id) = String::from_utf8(reservation_id) else {
-            return Ok(arg_error("reservationId is not valid UTF-8"));
-        };
-        let key_prefix = opt_bytes(env, &key_prefix)?;
-        let config = Config::new(
-            u64_of(ttl_ms),
-            (!timeout_unbounded).then(|| u64_of(timeout_bits)),
-        );
-        let hb = match key_prefix {
-            None => Heartbeat::for_reservation(config, reservation_id),
-            Some(prefix) => match String::from_utf8(prefix) {
-                Ok(prefix) => Heartbeat::for_reservation_with_key_source(
-                    config,
-                    reservation_id,
-                    Box::new(SequentialKeys::new(prefix)),
-                ),
-                Err(_) => return Ok(arg_error("keyPrefix is not valid UTF-8")),
-            },
-        };
-        Ok(handle_envelope(hb))
-    })
-}
-
-/// `static native byte[] nativeAdopt(long ttlMs, long timeoutBits, boolean
-/// timeoutUnbounded, byte[] createRequestJson, byte[] keyPrefix, byte[] key,
-/// byte[] requestBody, boolean sentKnown, long sentNs, long receivedNs, int
-/// failure, int status, byte[] headers, byte[] body, boolean timingUnknown)`:
-/// `Heartbeat::adopt_create` (failure -1 = a response, else the transport
-/// failure code). OK payload: the handle (u64), then the first decision.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeAdopt<'c>(
-    env: EnvUnowned<'c>,
-    _class: JClass<'c>,
-    ttl_ms: jlong,
-    timeout_bits: jlong,
-    timeout_unbounded: jboolean,
-    create_request: JByteArray<'c>,
-    key_prefix: JByteArray<'c>,
-    key: JByteArray<'c>,
-    request_body: JByteArray<'c>,
-    sent_known: jboolean,
-    sent_ns: jlong,
-    received_ns: jlong,
-    failure: jint,
+/// The core response from the Java arguments (a null headers array = none).
+fn response_of(
+    env: &Env<'_>,
     status: jint,
-    headers: JByteArray<'c>,
-    body: JByteArray<'c>,
+    headers: &JByteArray<'_>,
+    body: &JByteArray<'_>,
     timing_unknown: jboolean,
-) -> JByteArray<'c> {
-    run(env, |env| {
-        let create_request = opt_bytes(env, &create_request)?;
-        let key_prefix = opt_bytes(env, &key_prefix)?;
-        let key = opt_bytes(env, &key)?;
-        let request_body = opt_bytes(env, &request_body)?;
-        let headers = opt_bytes(env, &headers)?.unwrap_or_default();
-        let body = opt_bytes(env, &body)?.unwrap_or_default();
-        let config = match config_of(ttl_ms, timeout_bits, timeout_unbounded, create_request) {
-            Ok(c) => c,
-            Err(e) => return Ok(error_envelope(&e)),
-        };
-        let Some(key) = key else {
-            return Ok(arg_error("the adopted create's key is null"));
-        };
-        let Ok(key) = String::from_utf8(key) else {
-            return Ok(arg_error("the adopted create's key is not valid UTF-8"));
-        };
-        let outcome = if failure < 0 {
-            let Some(headers) = parse_headers(&headers) else {
-                return Ok(arg_error("malformed header encoding"));
-            };
-            let Ok(status) = u16::try_from(status) else {
-                return Ok(arg_error(&format!(
-                    "HTTP status must be within 100..=999, got {status}"
-                )));
-            };
-            let mut response = Response::new(status).body(body);
-            response.headers = headers;
-            if timing_unknown {
-                response = response.timing_unknown();
-            }
-            CreateOutcome::Response(response)
-        } else {
-            let Some(f) = parse_failure(failure) else {
-                return Ok(arg_error(&format!("unknown transport failure {failure}")));
-            };
-            CreateOutcome::Failure(f)
-        };
-        let create = AdoptedCreate {
-            key,
-            body: request_body,
-            sent_ns: sent_known.then(|| u64_of(sent_ns)),
-            received_ns: u64_of(received_ns),
-            outcome,
-        };
-        let adopted = match key_prefix {
-            None => Heartbeat::adopt_create(config, create),
-            Some(prefix) => match String::from_utf8(prefix) {
-                Ok(prefix) => Heartbeat::adopt_create_with_key_source(
-                    config,
-                    create,
-                    Box::new(SequentialKeys::new(prefix)),
-                ),
-                Err(_) => return Ok(arg_error("keyPrefix is not valid UTF-8")),
-            },
-        };
-        Ok(envelope(adopted.map(|(hb, first)| {
-            let raw = Box::into_raw(Box::new(Handle { hb: Mutex::new(hb) }));
-            let mut w = W::ok();
-            w.u64(raw as usize as u64);
-            put_decision(&mut w, &first);
-            w
-        })))
-    })
+) -> Result<Response, Fail> {
+    let headers = match opt_bytes(env, headers)? {
+        None => Vec::new(),
+        Some(h) => parse_headers(&h).ok_or_else(|| arg_fail("malformed header encoding"))?,
+    };
+    let Ok(status) = u16::try_from(status) else {
+        return Err(arg_fail(&format!(
+            "HTTP status must be within 100..=999, got {status}"
+        )));
+    };
+    let mut response = Response::new(status);
+    response.body = opt_bytes(env, body)?.unwrap_or_default();
+    response.headers = headers;
+    if timing_unknown {
+        response = response.timing_unknown();
+    }
+    Ok(response)
 }
 
 /// The core configuration from the Java builder's values.
@@ -537,6 +713,223 @@ fn config_of(
     Ok(config)
 }
 
+/// Sequential keys for a prefix; `None` = the core's UUIDv4 keys.
+fn key_source(prefix: Option<String>) -> Option<Box<SequentialKeys>> {
+    prefix.map(|p| Box::new(SequentialKeys::new(p)))
+}
+
+// ----- the cold calling convention (envelopes) -----
+
+/// A payload writer.
+#[derive(Default)]
+struct W(Vec<u8>);
+
+impl W {
+    fn ok() -> W {
+        W(vec![OK])
+    }
+    fn u8(&mut self, v: u8) -> &mut W {
+        self.0.push(v);
+        self
+    }
+    fn bool(&mut self, v: bool) -> &mut W {
+        self.u8(u8::from(v))
+    }
+    fn u32(&mut self, v: u32) -> &mut W {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut W {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn str(&mut self, v: &str) -> &mut W {
+        // Lengths above u32::MAX cannot occur: these are short constants.
+        self.u32(u32::try_from(v.len()).unwrap_or(u32::MAX));
+        self.0.extend_from_slice(v.as_bytes());
+        self
+    }
+    /// A list of stable strings: u32 count, then each.
+    fn strs(&mut self, v: impl ExactSizeIterator<Item = &'static str>) -> &mut W {
+        self.u32(v.len() as u32);
+        for s in v {
+            self.str(s);
+        }
+        self
+    }
+    fn num(&mut self, n: Num) -> &mut W {
+        match n {
+            Num::NegInf => self.u8(0),
+            Num::Int(v) => {
+                self.u8(1);
+                self.0.extend_from_slice(&v.to_be_bytes());
+                self
+            }
+            Num::Inf => self.u8(2),
+        }
+    }
+    /// A u64 duration where `u64::MAX` is +infinity (P-2).
+    fn ms(&mut self, v: u64) -> &mut W {
+        self.num(Num::from_ms(v))
+    }
+    /// A plain u64 count or value (never infinite).
+    fn count(&mut self, v: u64) -> &mut W {
+        self.num(Num::Int(i128::from(v)))
+    }
+}
+
+fn error_envelope(e: &leasebeat::Error) -> Vec<u8> {
+    let mut w = W::default();
+    w.u8(ERROR)
+        .str(java_code(e.kind()))
+        .str(e.kind().code())
+        .str(e.message());
+    w.0
+}
+
+/// Runs one cold entry point: `f` builds the OK envelope; a core error
+/// becomes an ERROR envelope, a panic a PANIC envelope, a JNI failure a
+/// pending `RuntimeException`.
+fn cold<'c, F>(mut unowned: EnvUnowned<'c>, f: F) -> JByteArray<'c>
+where
+    F: FnOnce(&mut Env<'c>) -> Result<W, Fail>,
+{
+    unowned
+        .with_env(|env| -> jni::errors::Result<JByteArray<'c>> {
+            let bytes = match catch_unwind(AssertUnwindSafe(|| f(env))) {
+                Ok(Ok(w)) => w.0,
+                Ok(Err(Fail::Jni(e))) => return Err(e),
+                Ok(Err(Fail::Core(e))) => error_envelope(&e),
+                Err(payload) => {
+                    let mut w = W::default();
+                    w.u8(PANIC).str(&panic_message(payload));
+                    w.0
+                }
+            };
+            env.byte_array_from_slice(&bytes)
+        })
+        .resolve::<ThrowRuntimeExAndDefault>()
+}
+
+fn handle_envelope(hb: Result<Heartbeat, leasebeat::Error>) -> Result<W, Fail> {
+    let mut w = W::ok();
+    w.u64(into_handle(hb?));
+    Ok(w)
+}
+
+// ----- entry points: lifecycle -----
+
+/// `static native byte[] nativeNew(long ttlMs, long timeoutBits, boolean
+/// timeoutUnbounded, byte[] createRequestJson, byte[] keyPrefix)`: OK payload
+/// is the handle (u64).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeNew<'c>(
+    env: EnvUnowned<'c>,
+    _class: JClass<'c>,
+    ttl_ms: jlong,
+    timeout_bits: jlong,
+    timeout_unbounded: jboolean,
+    create_request: JByteArray<'c>,
+    key_prefix: JByteArray<'c>,
+) -> JByteArray<'c> {
+    cold(env, |env| {
+        let create_request = opt_bytes(env, &create_request)?;
+        let keys = key_source(opt_text(env, &key_prefix, "keyPrefix")?);
+        let config = config_of(ttl_ms, timeout_bits, timeout_unbounded, create_request)?;
+        handle_envelope(match keys {
+            None => Heartbeat::new(config),
+            Some(keys) => Heartbeat::with_key_source(config, keys),
+        })
+    })
+}
+
+/// `static native byte[] nativeForReservation(long ttlMs, long timeoutBits,
+/// boolean timeoutUnbounded, byte[] reservationId, byte[] keyPrefix)`: a
+/// heartbeat for an existing reservation (`Heartbeat::for_reservation`),
+/// whose first action is an immediate extension. OK payload is the handle
+/// (u64).
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeForReservation<'c>(
+    env: EnvUnowned<'c>,
+    _class: JClass<'c>,
+    ttl_ms: jlong,
+    timeout_bits: jlong,
+    timeout_unbounded: jboolean,
+    reservation_id: JByteArray<'c>,
+    key_prefix: JByteArray<'c>,
+) -> JByteArray<'c> {
+    cold(env, |env| {
+        let reservation_id = opt_text(env, &reservation_id, "reservationId")?
+            .ok_or_else(|| arg_fail("reservationId is null"))?;
+        let keys = key_source(opt_text(env, &key_prefix, "keyPrefix")?);
+        let config = config_of(ttl_ms, timeout_bits, timeout_unbounded, None)?;
+        handle_envelope(match keys {
+            None => Heartbeat::for_reservation(config, reservation_id),
+            Some(keys) => Heartbeat::for_reservation_with_key_source(config, reservation_id, keys),
+        })
+    })
+}
+
+/// `static native int nativeAdopt(long ttlMs, long timeoutBits, boolean
+/// timeoutUnbounded, byte[] createRequestJson, byte[] keyPrefix, byte[] key,
+/// byte[] requestBody, boolean sentKnown, long sentNs, long receivedNs, int
+/// failure, int status, byte[] headers, byte[] body, boolean timingUnknown,
+/// long[] slots, Object[] objs, byte[] text)`: `Heartbeat::adopt_create` (failure -1 = a
+/// response, else the transport failure code). Result: the first decision
+/// and the action from slot 0 ([`DECIDED_LEN`]), then the handle.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeAdopt<'c>(
+    env: EnvUnowned<'c>,
+    _class: JClass<'c>,
+    ttl_ms: jlong,
+    timeout_bits: jlong,
+    timeout_unbounded: jboolean,
+    create_request: JByteArray<'c>,
+    key_prefix: JByteArray<'c>,
+    key: JByteArray<'c>,
+    request_body: JByteArray<'c>,
+    sent_known: jboolean,
+    sent_ns: jlong,
+    received_ns: jlong,
+    failure: jint,
+    status: jint,
+    headers: JByteArray<'c>,
+    body: JByteArray<'c>,
+    timing_unknown: jboolean,
+    slots: JLongArray<'c>,
+    objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
+) -> jint {
+    hot(env, slots, objs, text, |env, out| {
+        let create_request = opt_bytes(env, &create_request)?;
+        let keys = key_source(opt_text(env, &key_prefix, "keyPrefix")?);
+        let key = opt_text(env, &key, "the adopted create's key")?
+            .ok_or_else(|| arg_fail("the adopted create's key is null"))?;
+        let request_body = opt_bytes(env, &request_body)?;
+        let config = config_of(ttl_ms, timeout_bits, timeout_unbounded, create_request)?;
+        let outcome = if failure < 0 {
+            CreateOutcome::Response(response_of(env, status, &headers, &body, timing_unknown)?)
+        } else {
+            CreateOutcome::Failure(parse_failure(failure)?)
+        };
+        let create = AdoptedCreate {
+            key,
+            body: request_body,
+            sent_ns: sent_known.then(|| u64_of(sent_ns)),
+            received_ns: u64_of(received_ns),
+            outcome,
+        };
+        let (hb, first) = match keys {
+            None => Heartbeat::adopt_create(config, create)?,
+            Some(keys) => Heartbeat::adopt_create_with_key_source(config, create, keys)?,
+        };
+        put_decided(env, out, &hb, &first, 0)?;
+        out.slots[ADOPT_HANDLE] = bits(into_handle(hb));
+        Ok(ADOPT_HANDLE + 1)
+    })
+}
+
 /// `static native void nativeFree(long handle)`: frees a handle; 0 is a no-op.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFree<'c>(
@@ -555,7 +948,8 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFree<'c>(
 
 // ----- entry points: events -----
 
-/// `static native byte[] nativeSent(long handle, long attemptId, long nowNs)`.
+/// `static native int nativeSent(long handle, long attemptId, long nowNs,
+/// Object[] objs)`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeSent<'c>(
     env: EnvUnowned<'c>,
@@ -563,19 +957,55 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeSent<'c>(
     handle: jlong,
     attempt_id: jlong,
     now_ns: jlong,
-) -> JByteArray<'c> {
-    run(env, |_| {
-        Ok(with_hb(handle, |hb| {
-            envelope(
-                hb.handle_sent(u64_of(attempt_id), u64_of(now_ns))
-                    .map(|()| W::ok()),
-            )
-        }))
+    objs: JObjectArray<'c>,
+) -> jint {
+    hot(env, JLongArray::null(), objs, JByteArray::null(), |_, _| {
+        with_hb(handle, |hb| {
+            hb.handle_sent(u64_of(attempt_id), u64_of(now_ns))?;
+            Ok(0)
+        })
     })
 }
 
-/// `static native byte[] nativeResponse(long handle, long attemptId, int
-/// status, byte[] headers, byte[] body, boolean timingUnknown, long nowNs)`.
+/// Runs a decision-returning event on the heartbeat and writes the decision.
+fn decide(
+    env: &mut Env<'_>,
+    out: &mut Out<'_, '_>,
+    handle: jlong,
+    known_attempt_id: jlong,
+    f: impl FnOnce(&mut Heartbeat) -> Result<Decision, leasebeat::Error>,
+) -> Result<usize, Fail> {
+    with_hb(handle, |hb| {
+        let d = f(hb)?;
+        put_decided(env, out, hb, &d, known_attempt_id)
+    })
+}
+
+/// Writes a decision and the action it leaves ([`DECIDED_LEN`]).
+fn put_decided(
+    env: &mut Env<'_>,
+    out: &mut Out<'_, '_>,
+    hb: &Heartbeat,
+    d: &Decision,
+    known_attempt_id: jlong,
+) -> Result<usize, Fail> {
+    put_decision(env, out, 0, 0, d)?;
+    let action = hb.poll_action();
+    put_action(
+        env,
+        out,
+        dec::LEN,
+        DECIDED_O_ACTION,
+        action,
+        u64_of(known_attempt_id),
+    )?;
+    Ok(DECIDED_LEN)
+}
+
+/// `static native int nativeResponse(long handle, long attemptId, int
+/// status, byte[] headers, byte[] body, boolean timingUnknown, long nowNs,
+/// long knownAttemptId, long[] slots, Object[] objs, byte[] text)`: headers null = none.
+/// Result: the decision and the action ([`DECIDED_LEN`]).
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse<'c>(
@@ -588,32 +1018,24 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse<'c>(
     body: JByteArray<'c>,
     timing_unknown: jboolean,
     now_ns: jlong,
-) -> JByteArray<'c> {
-    run(env, |env| {
-        let headers = opt_bytes(env, &headers)?.unwrap_or_default();
-        let body = opt_bytes(env, &body)?.unwrap_or_default();
-        let Some(headers) = parse_headers(&headers) else {
-            return Ok(arg_error("malformed header encoding"));
-        };
-        let Ok(status) = u16::try_from(status) else {
-            return Ok(arg_error(&format!(
-                "HTTP status must be within 100..=999, got {status}"
-            )));
-        };
-        let mut response = Response::new(status).body(body);
-        response.headers = headers;
-        if timing_unknown {
-            response = response.timing_unknown();
-        }
-        Ok(with_hb(handle, |hb| {
-            decision_result(hb.handle_response(u64_of(attempt_id), response, u64_of(now_ns)))
-        }))
+    known_attempt_id: jlong,
+    slots: JLongArray<'c>,
+    objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
+) -> jint {
+    hot(env, slots, objs, text, |env, out| {
+        let response = response_of(env, status, &headers, &body, timing_unknown)?;
+        decide(env, out, handle, known_attempt_id, |hb| {
+            hb.handle_response(u64_of(attempt_id), response, u64_of(now_ns))
+        })
     })
 }
 
-/// `static native byte[] nativeFailure(long handle, long attemptId, int
-/// failure, long nowNs)`: failure 0 = timeout, 1 = connect, 2 = reset.
+/// `static native int nativeFailure(long handle, long attemptId, int
+/// failure, long nowNs, long knownAttemptId, long[] slots, Object[] objs, byte[] text)`:
+/// failure 0 = timeout, 1 = connect, 2 = reset. Result as `nativeResponse`.
 #[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure<'c>(
     env: EnvUnowned<'c>,
     _class: JClass<'c>,
@@ -621,85 +1043,210 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure<'c>(
     attempt_id: jlong,
     failure: jint,
     now_ns: jlong,
-) -> JByteArray<'c> {
-    run(env, |_| {
-        let Some(failure) = parse_failure(failure) else {
-            return Ok(arg_error(&format!("unknown transport failure {failure}")));
-        };
-        Ok(with_hb(handle, |hb| {
-            decision_result(hb.handle_failure(u64_of(attempt_id), failure, u64_of(now_ns)))
-        }))
+    known_attempt_id: jlong,
+    slots: JLongArray<'c>,
+    objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
+) -> jint {
+    hot(env, slots, objs, text, |env, out| {
+        let failure = parse_failure(failure)?;
+        decide(env, out, handle, known_attempt_id, |hb| {
+            hb.handle_failure(u64_of(attempt_id), failure, u64_of(now_ns))
+        })
     })
 }
 
-/// `static native byte[] nativeCancel(long handle, long nowNs)`.
+/// `static native int nativeCancel(long handle, long nowNs, long
+/// knownAttemptId, long[] slots, Object[] objs, byte[] text)`. Result as `nativeResponse`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel<'c>(
     env: EnvUnowned<'c>,
     _class: JClass<'c>,
     handle: jlong,
     now_ns: jlong,
-) -> JByteArray<'c> {
-    run(env, |_| {
-        Ok(with_hb(handle, |hb| {
-            decision_result(hb.cancel(u64_of(now_ns)))
-        }))
+    known_attempt_id: jlong,
+    slots: JLongArray<'c>,
+    objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
+) -> jint {
+    hot(env, slots, objs, text, |env, out| {
+        decide(env, out, handle, known_attempt_id, |hb| {
+            hb.cancel(u64_of(now_ns))
+        })
     })
 }
 
-/// `static native byte[] nativeState(long handle)`: OK payload is the action
-/// tag (0 send, 1 await outcome, 2 stop) with the attempt or reason, then
-/// opt reservation id, opt mode, u64 max rtt, u64 last event, opt decision.
+// ----- entry points: polls -----
+
+/// `static native int nativePoll(long handle, long knownAttemptId, long[]
+/// slots, Object[] objs, byte[] text)`: the action ([`act`]); the key and body only for an
+/// attempt other than `knownAttemptId`.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativePoll<'c>(
+    env: EnvUnowned<'c>,
+    _class: JClass<'c>,
+    handle: jlong,
+    known_attempt_id: jlong,
+    slots: JLongArray<'c>,
+    objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
+) -> jint {
+    hot(env, slots, objs, text, |env, out| {
+        with_hb(handle, |hb| {
+            put_action(env, out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
+            Ok(act::LEN)
+        })
+    })
+}
+
+/// `static native int nativeState(long handle, long knownAttemptId, long[]
+/// slots, Object[] objs, byte[] text)`: the action, reservation id, mode, max rtt, last
+/// event and last decision ([`state`]).
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeState<'c>(
     env: EnvUnowned<'c>,
     _class: JClass<'c>,
     handle: jlong,
-) -> JByteArray<'c> {
-    run(env, |_| {
-        Ok(with_hb(handle, |hb| {
-            let mut w = W::ok();
-            match hb.poll_action() {
-                Action::Send(a) => {
-                    w.u8(0);
-                    put_attempt(&mut w, a);
-                }
-                Action::AwaitOutcome(a) => {
-                    w.u8(1);
-                    put_attempt(&mut w, a);
-                }
-                Action::Stop(r) => {
-                    w.u8(2).str(java_reason(r)).str(r.as_str());
-                }
+    known_attempt_id: jlong,
+    slots: JLongArray<'c>,
+    objs: JObjectArray<'c>,
+    text: JByteArray<'c>,
+) -> jint {
+    hot(env, slots, objs, text, |env, out| {
+        with_hb(handle, |hb| {
+            put_action(env, out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
+            out.slots[state::MODE] = hb.mode().map_or(-1, mode_index);
+            out.slots[state::MAX_RTT] = bits(hb.max_rtt_ms());
+            out.slots[state::LAST_EVENT] = bits(hb.last_event_ns());
+            if let Some(rid) = hb.reservation_id() {
+                let rid = env.new_string(rid)?;
+                out.objs.set_element(env, state::O_RID, &rid)?;
             }
-            w.opt_str(hb.reservation_id())
-                .opt_str(hb.mode().map(|m| m.as_str()))
-                .u64(hb.max_rtt_ms())
-                .u64(hb.last_event_ns());
-            match hb.last_decision() {
-                None => {
-                    w.u8(0);
-                }
-                Some(d) => {
-                    w.u8(1);
-                    put_decision(&mut w, d);
-                }
+            if let Some(d) = hb.last_decision() {
+                out.slots[state::HAS_LAST] = 1;
+                let o = state::DECISION;
+                put_decision(env, out, o, state::O_DECISION, d)?;
             }
-            w.0
-        }))
+            Ok(state::LEN)
+        })
+    })
+}
+
+/// `static native String nativeDecisionJson(long[] slots, String
+/// reservationId, String detail)`: the core's JSON of the decision Java
+/// decoded from these slots ([`dec`], offset 0), written only on demand
+/// (`Decision.toJson()`). Null with a pending exception if the slots are not
+/// a decision.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeDecisionJson<'c>(
+    mut unowned: EnvUnowned<'c>,
+    _class: JClass<'c>,
+    slots: JLongArray<'c>,
+    reservation_id: JString<'c>,
+    detail: JString<'c>,
+) -> JString<'c> {
+    unowned
+        .with_env(|env| -> jni::errors::Result<JString<'c>> {
+            let mut s = [0i64; dec::LEN];
+            slots.get_region(env, 0, &mut s)?;
+            let text = |j: &JString<'_>| -> jni::errors::Result<Option<String>> {
+                if j.is_null() {
+                    Ok(None)
+                } else {
+                    j.try_to_string(env).map(Some)
+                }
+            };
+            let rid = text(&reservation_id)?;
+            let detail = text(&detail)?;
+            let json = catch_unwind(AssertUnwindSafe(|| {
+                decision_of(&s, rid, detail).map(|d| d.to_json_string())
+            }));
+            match json {
+                Ok(Some(json)) => env.new_string(json),
+                _ => Err(jni::errors::Error::JniCall(
+                    jni::errors::JniError::InvalidArguments,
+                )),
+            }
+        })
+        .resolve::<ThrowRuntimeExAndDefault>()
+}
+
+/// The core decision written by [`put_decision`] at offset 0 of `s`.
+fn decision_of(
+    s: &[i64],
+    reservation_id: Option<String>,
+    detail: Option<String>,
+) -> Option<Decision> {
+    fn at<T: Copy>(all: &[T], i: i64) -> Option<T> {
+        all.get(usize::try_from(i).ok()?).copied()
+    }
+    let flags = s[dec::FLAGS];
+    let opt = |slot: usize, flag: i64| (flags & flag != 0).then_some(s[slot]);
+    let next = match s[dec::NEXT] {
+        0 => Next::Send(at(KINDS, s[dec::WHAT])?),
+        _ => Next::Stop(at(&StopReason::ALL, s[dec::WHAT])?),
+    };
+    let mut numbers = [None; 14];
+    for (i, n) in numbers.iter_mut().enumerate() {
+        *n = match (s[dec::NUM_TAGS] >> (2 * i)) & 3 {
+            0 => None,
+            1 => {
+                let hi = i128::from(s[dec::NUMS + 2 * i]);
+                let lo = i128::from(s[dec::NUMS + 2 * i + 1] as u64);
+                Some(Num::Int((hi << 64) | lo))
+            }
+            2 => Some(Num::Inf),
+            _ => Some(Num::NegInf),
+        };
+    }
+    let count = usize::try_from(s[dec::WARN_COUNT]).ok()?.min(dec::MAX_WARN);
+    let warnings = s[dec::WARN..dec::WARN + count]
+        .iter()
+        .map(|&i| at(WARNINGS, i))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Decision {
+        reservation_id,
+        next,
+        at_ns: opt(dec::AT, dec::F_AT).map(|v| v as u64),
+        key: match opt(dec::KEY, dec::F_KEY) {
+            None => None,
+            Some(i) => Some(at(KEY_USES, i)?),
+        },
+        key_index: match opt(dec::KEY_INDEX, dec::F_KEY_INDEX) {
+            None => None,
+            Some(i) => Some(u32::try_from(i).ok()?),
+        },
+        mode: match opt(dec::MODE, dec::F_MODE) {
+            None => None,
+            Some(i) => Some(at(MODES, i)?),
+        },
+        numbers: numbers_from(numbers),
+        warnings,
+        outcome: at(OUTCOMES, s[dec::OUTCOME])?,
+        detail,
+        proven_until_ns: opt(dec::PROVEN, dec::F_PROVEN).map(|v| v as u64),
+        expires_at_ms: opt(dec::EXPIRES, dec::F_EXPIRES).map(|v| v as u64),
+        remaining_ttl_ms: opt(dec::REMAINING, dec::F_REMAINING).map(|v| v as u64),
     })
 }
 
 // ----- entry points: catalog and test hooks -----
 
 /// `static native byte[] nativeCatalog()`: the core's error kinds and stop
-/// reasons as (Java constant, stable string) pairs, and the core version.
+/// reasons as (Java constant, stable string) pairs, the core version, then
+/// the index tables of the hot convention as lists of stable strings:
+/// attempt kinds, key uses, modes, warnings, outcome classes, number names.
+/// A PANIC if the number order is inconsistent (a bug of this file).
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCatalog<'c>(
     env: EnvUnowned<'c>,
     _class: JClass<'c>,
 ) -> JByteArray<'c> {
-    run(env, |_| {
+    cold(env, |_| {
+        assert!(
+            numbers_order_ok(),
+            "the numbers' order differs from Numbers::NAMES"
+        );
         let mut w = W::ok();
         w.u32(ErrorKind::ALL.len() as u32);
         for kind in ErrorKind::ALL {
@@ -710,7 +1257,13 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCatalog<'c>(
             w.str(java_reason(reason)).str(reason.as_str());
         }
         w.str(env!("CARGO_PKG_VERSION"));
-        Ok(w.0)
+        w.strs(KINDS.iter().map(|v| v.as_str()))
+            .strs(KEY_USES.iter().map(|v| v.as_str()))
+            .strs(MODES.iter().map(|v| v.as_str()))
+            .strs(WARNINGS.iter().map(|v| v.as_str()))
+            .strs(OUTCOMES.iter().map(|v| v.as_str()))
+            .strs(Numbers::NAMES.iter().copied());
+        Ok(w)
     })
 }
 
@@ -721,7 +1274,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativePanic<'c>(
     env: EnvUnowned<'c>,
     _class: JClass<'c>,
 ) -> JByteArray<'c> {
-    run(env, |_| -> jni::errors::Result<Vec<u8>> {
+    cold(env, |_| -> Result<W, Fail> {
         panic!("deliberate panic for the binding's tests")
     })
 }
@@ -749,7 +1302,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeMath<'c>(
     flag_a: jboolean,
     flag_b: jboolean,
 ) -> JByteArray<'c> {
-    run(env, |_| {
+    cold(env, |_| {
         let (ua, ub, uc, ud) = (u64_of(a), u64_of(b), u64_of(c), u64_of(d));
         let mut w = W::ok();
         match op {
@@ -796,9 +1349,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeMath<'c>(
             8 => {
                 w.count(arith::fallback_skips(i128::from(a), i128::from(b), uc));
             }
-            _ => return Ok(arg_error(&format!("unknown arithmetic operation {op}"))),
+            _ => return Err(arg_fail(&format!("unknown arithmetic operation {op}"))),
         }
-        Ok(w.0)
+        Ok(w)
     })
 }
 
@@ -811,12 +1364,11 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeRetryAfter<'c>(
     _class: JClass<'c>,
     values: JByteArray<'c>,
 ) -> JByteArray<'c> {
-    run(env, |env| {
+    cold(env, |env| {
         let raw = opt_bytes(env, &values)?.unwrap_or_default();
         // Reuse the header decoder: values are encoded as (value, empty) pairs.
-        let Some(pairs) = parse_headers(&raw) else {
-            return Ok(arg_error("malformed Retry-After value encoding"));
-        };
+        let pairs =
+            parse_headers(&raw).ok_or_else(|| arg_fail("malformed Retry-After value encoding"))?;
         let values: Vec<&[u8]> = pairs.iter().map(|(v, _)| v.as_slice()).collect();
         let mut w = W::ok();
         match arith::parse_retry_after(&values) {
@@ -827,6 +1379,61 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeRetryAfter<'c>(
                 w.u8(1).str(e.as_str());
             }
         }
-        Ok(w.0)
+        Ok(w)
     })
+}
+
+// ----- benchmark hook -----
+
+/// `static native double nativeBenchCore(int n, int batches)`: the benchmark's
+/// timed region in Rust alone, in this process (scripts/bench-jvm.sh): per
+/// batch, `n` heartbeats in the core bench's state (create answered, first
+/// extend in flight; not timed), then `handle_response(200 extend body)` +
+/// `poll_action` on each (timed). Returns the median ns per operation over the
+/// batches, or -1 if the fixture failed.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchCore<'c>(
+    _env: EnvUnowned<'c>,
+    _class: JClass<'c>,
+    n: jint,
+    batches: jint,
+) -> f64 {
+    catch_unwind(|| bench_core(n.max(1) as usize, batches.max(1) as usize)).unwrap_or(-1.0)
+}
+
+fn bench_core(n: usize, batches: usize) -> f64 {
+    const MS: u64 = 1_000_000;
+    const CREATE: &[u8] = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:acme"],"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}"#;
+    const EXTEND: &[u8] =
+        br#"{"status":"ACTIVE","expires_at_ms":1785585720000,"remaining_ttl_ms":60000}"#;
+    let in_flight = || -> Option<(Heartbeat, u64)> {
+        let mut hb = Heartbeat::with_key_source(
+            Config::new(60_000, Some(10_000)),
+            Box::new(SequentialKeys::new("k")),
+        )
+        .ok()?;
+        let id = hb.attempt()?.id;
+        hb.handle_sent(id, 0).ok()?;
+        hb.handle_response(id, Response::new(200).body(CREATE), 1_500 * MS)
+            .ok()?;
+        let id = hb.attempt()?.id;
+        hb.handle_sent(id, 38_500 * MS).ok()?;
+        Some((hb, id))
+    };
+    let mut per_batch = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let Some(mut hbs) = (0..n).map(|_| in_flight()).collect::<Option<Vec<_>>>() else {
+            return -1.0;
+        };
+        let t0 = std::time::Instant::now();
+        for (hb, id) in &mut hbs {
+            let d = hb.handle_response(*id, Response::new(200).body(EXTEND), 38_600 * MS);
+            std::hint::black_box(&d);
+            std::hint::black_box(hb.poll_action());
+        }
+        per_batch.push(t0.elapsed().as_nanos() as f64 / n as f64);
+        drop(hbs);
+    }
+    per_batch.sort_by(f64::total_cmp);
+    per_batch[per_batch.len() / 2]
 }

@@ -14,48 +14,33 @@ import java.util.OptionalLong;
  * it to {@link System#nanoTime()} terms. {@link #toJson()} is the core's emitted-decision JSON, in
  * which {@code "at"} is in milliseconds since the origin.
  *
- * @param reservationId the reservation, once a create succeeded
- * @param send the kind of attempt to send next; empty for a stop
- * @param stopReason why the heartbeat stopped; empty unless this decision stops it
- * @param at when the next attempt is due, in nanoseconds since the origin ({@link Num#INF}:
- *     never); empty for a stop
- * @param key whether the next attempt uses a new key or the previous one; empty for a stop
- * @param keyIndex 1 for the first key of the lease, 2 for the next new one, ...; empty for a stop
- * @param mode the algorithm that decided, where one applies
- * @param numbers the numbers behind the decision
- * @param warnings warnings (only {@link Warning#EXTENSION_BUDGET_DEPLETING} exists)
- * @param outcome how the deciding outcome was classified
- * @param detail a human-readable detail (e.g. the Retry-After problem, the error code)
- * @param provenUntil D-15: until when the lease is proven alive, in nanoseconds since the origin
- *     (like {@link #at()}): the receipt of the last primary-path success plus its lead floor.
- *     {@link Num#INF} means +infinity (the sum overflowed; see {@link #provenForever()}). Empty
- *     before the first success and on the fallback path, which proves nothing. Present on every
- *     primary-path decision, retries and stops included. Reaching it without a newer success puts
- *     the lease in jeopardy.
- * @param expiresAtMs the deciding success's {@code expires_at_ms} (the server's clock, ms since the
- *     Unix epoch), when this decision answers a success that carried it
- * @param remainingTtlMs the deciding success's {@code remaining_ttl_ms}, when this decision answers
- *     a success that carried it
- * @param originNanos the {@link System#nanoTime()} value of the heartbeat's time 0
- * @param json the core's emitted-decision JSON object
+ * <p>A final class with exactly the members a record of its components would have (the canonical
+ * constructor, one accessor per component, {@code equals}, {@code hashCode}, {@code toString}),
+ * but not a {@code record}: the heartbeat's decisions write their JSON only when {@link #toJson()}
+ * is first called, which a record's final component could not.
  */
-public record Decision(
-    Optional<String> reservationId,
-    Optional<AttemptKind> send,
-    Optional<StopReason> stopReason,
-    Optional<Num> at,
-    Optional<KeyUse> key,
-    OptionalLong keyIndex,
-    Optional<Mode> mode,
-    Numbers numbers,
-    List<Warning> warnings,
-    OutcomeClass outcome,
-    Optional<String> detail,
-    Optional<Num> provenUntil,
-    OptionalLong expiresAtMs,
-    OptionalLong remainingTtlMs,
-    long originNanos,
-    String json) {
+public final class Decision {
+  private final Optional<String> reservationId;
+  private final Optional<AttemptKind> send;
+  private final Optional<StopReason> stopReason;
+  private final Optional<Num> at;
+  private final Optional<KeyUse> key;
+  private final OptionalLong keyIndex;
+  private final Optional<Mode> mode;
+  private final Numbers numbers;
+  private final List<Warning> warnings;
+  private final OutcomeClass outcome;
+  private final Optional<String> detail;
+  private final Optional<Num> provenUntil;
+  private final OptionalLong expiresAtMs;
+  private final OptionalLong remainingTtlMs;
+  private final long originNanos;
+
+  /** The native slots this decision was decoded from (null when built from a JSON text). */
+  private final long[] raw;
+
+  /** The JSON text; written from {@link #raw} on first use (a racy but idempotent cache). */
+  private String json;
 
   /**
    * Checks that no component is null and exactly one of send and stopReason is present.
@@ -77,29 +62,229 @@ public record Decision(
    * @param originNanos see {@link #originNanos()}
    * @param json see {@link #json()}
    */
-  public Decision {
-    Objects.requireNonNull(reservationId, "reservationId");
-    Objects.requireNonNull(send, "send");
-    Objects.requireNonNull(stopReason, "stopReason");
-    Objects.requireNonNull(at, "at");
-    Objects.requireNonNull(key, "key");
-    Objects.requireNonNull(keyIndex, "keyIndex");
-    Objects.requireNonNull(mode, "mode");
-    Objects.requireNonNull(numbers, "numbers");
-    warnings = List.copyOf(warnings);
-    Objects.requireNonNull(outcome, "outcome");
-    Objects.requireNonNull(detail, "detail");
-    Objects.requireNonNull(provenUntil, "provenUntil");
-    Objects.requireNonNull(expiresAtMs, "expiresAtMs");
-    Objects.requireNonNull(remainingTtlMs, "remainingTtlMs");
+  public Decision(
+      Optional<String> reservationId,
+      Optional<AttemptKind> send,
+      Optional<StopReason> stopReason,
+      Optional<Num> at,
+      Optional<KeyUse> key,
+      OptionalLong keyIndex,
+      Optional<Mode> mode,
+      Numbers numbers,
+      List<Warning> warnings,
+      OutcomeClass outcome,
+      Optional<String> detail,
+      Optional<Num> provenUntil,
+      OptionalLong expiresAtMs,
+      OptionalLong remainingTtlMs,
+      long originNanos,
+      String json) {
+    this(
+        reservationId, send, stopReason, at, key, keyIndex, mode, numbers, warnings, outcome,
+        detail, provenUntil, expiresAtMs, remainingTtlMs, originNanos, null,
+        Objects.requireNonNull(json, "json"));
+  }
+
+  /** A decision decoded from native slots: its JSON is written by the core on demand. */
+  Decision(
+      Optional<String> reservationId,
+      Optional<AttemptKind> send,
+      Optional<StopReason> stopReason,
+      Optional<Num> at,
+      Optional<KeyUse> key,
+      OptionalLong keyIndex,
+      Optional<Mode> mode,
+      Numbers numbers,
+      List<Warning> warnings,
+      OutcomeClass outcome,
+      Optional<String> detail,
+      Optional<Num> provenUntil,
+      OptionalLong expiresAtMs,
+      OptionalLong remainingTtlMs,
+      long originNanos,
+      long[] raw,
+      String json) {
+    this.reservationId = Objects.requireNonNull(reservationId, "reservationId");
+    this.send = Objects.requireNonNull(send, "send");
+    this.stopReason = Objects.requireNonNull(stopReason, "stopReason");
+    this.at = Objects.requireNonNull(at, "at");
+    this.key = Objects.requireNonNull(key, "key");
+    this.keyIndex = Objects.requireNonNull(keyIndex, "keyIndex");
+    this.mode = Objects.requireNonNull(mode, "mode");
+    this.numbers = Objects.requireNonNull(numbers, "numbers");
+    this.warnings = List.copyOf(warnings);
+    this.outcome = Objects.requireNonNull(outcome, "outcome");
+    this.detail = Objects.requireNonNull(detail, "detail");
+    this.provenUntil = Objects.requireNonNull(provenUntil, "provenUntil");
+    this.expiresAtMs = Objects.requireNonNull(expiresAtMs, "expiresAtMs");
+    this.remainingTtlMs = Objects.requireNonNull(remainingTtlMs, "remainingTtlMs");
     if (provenUntil.isPresent()
         && (provenUntil.get().signum() < 0 || provenUntil.get().equals(Num.NEG_INF))) {
       throw new IllegalArgumentException("provenUntil must not be negative");
     }
-    Objects.requireNonNull(json, "json");
     if (send.isPresent() == stopReason.isPresent()) {
       throw new IllegalArgumentException("exactly one of send and stopReason must be present");
     }
+    this.originNanos = originNanos;
+    this.raw = raw;
+    this.json = json;
+  }
+
+  /**
+   * The reservation, once a create succeeded.
+   *
+   * @return the reservation id
+   */
+  public Optional<String> reservationId() {
+    return reservationId;
+  }
+
+  /**
+   * The kind of attempt to send next; empty for a stop.
+   *
+   * @return the kind
+   */
+  public Optional<AttemptKind> send() {
+    return send;
+  }
+
+  /**
+   * Why the heartbeat stopped; empty unless this decision stops it.
+   *
+   * @return the reason
+   */
+  public Optional<StopReason> stopReason() {
+    return stopReason;
+  }
+
+  /**
+   * When the next attempt is due, in nanoseconds since the origin ({@link Num#INF}: never); empty
+   * for a stop.
+   *
+   * @return the due time
+   */
+  public Optional<Num> at() {
+    return at;
+  }
+
+  /**
+   * Whether the next attempt uses a new key or the previous one; empty for a stop.
+   *
+   * @return the key use
+   */
+  public Optional<KeyUse> key() {
+    return key;
+  }
+
+  /**
+   * 1 for the first key of the lease, 2 for the next new one, ...; empty for a stop.
+   *
+   * @return the key index
+   */
+  public OptionalLong keyIndex() {
+    return keyIndex;
+  }
+
+  /**
+   * The algorithm that decided, where one applies.
+   *
+   * @return the mode
+   */
+  public Optional<Mode> mode() {
+    return mode;
+  }
+
+  /**
+   * The numbers behind the decision.
+   *
+   * @return the numbers
+   */
+  public Numbers numbers() {
+    return numbers;
+  }
+
+  /**
+   * Warnings (only {@link Warning#EXTENSION_BUDGET_DEPLETING} exists).
+   *
+   * @return an unmodifiable list
+   */
+  public List<Warning> warnings() {
+    return warnings;
+  }
+
+  /**
+   * How the deciding outcome was classified.
+   *
+   * @return the outcome class
+   */
+  public OutcomeClass outcome() {
+    return outcome;
+  }
+
+  /**
+   * A human-readable detail (e.g. the Retry-After problem, the error code).
+   *
+   * @return the detail
+   */
+  public Optional<String> detail() {
+    return detail;
+  }
+
+  /**
+   * D-15: until when the lease is proven alive, in nanoseconds since the origin (like {@link
+   * #at()}): the receipt of the last primary-path success plus its lead floor. {@link Num#INF}
+   * means +infinity (the sum overflowed; see {@link #provenForever()}). Empty before the first
+   * success and on the fallback path, which proves nothing. Present on every primary-path
+   * decision, retries and stops included. Reaching it without a newer success puts the lease in
+   * jeopardy.
+   *
+   * @return the instant
+   */
+  public Optional<Num> provenUntil() {
+    return provenUntil;
+  }
+
+  /**
+   * The deciding success's {@code expires_at_ms}, when this decision answers a success that
+   * carried it.
+   *
+   * @return milliseconds since the Unix epoch (server clock)
+   */
+  public OptionalLong expiresAtMs() {
+    return expiresAtMs;
+  }
+
+  /**
+   * The deciding success's {@code remaining_ttl_ms}, when this decision answers a success that
+   * carried it.
+   *
+   * @return milliseconds
+   */
+  public OptionalLong remainingTtlMs() {
+    return remainingTtlMs;
+  }
+
+  /**
+   * The {@link System#nanoTime()} value of the heartbeat's time 0.
+   *
+   * @return the origin
+   */
+  public long originNanos() {
+    return originNanos;
+  }
+
+  /**
+   * The core's emitted-decision JSON object (the same as {@link #toJson()}).
+   *
+   * @return the JSON text
+   */
+  public String json() {
+    String j = json;
+    if (j == null) {
+      j = NativeBridge.nativeDecisionJson(raw, reservationId.orElse(null), detail.orElse(null));
+      json = j;
+    }
+    return j;
   }
 
   /**
@@ -164,6 +349,66 @@ public record Decision(
    * @return the JSON text
    */
   public String toJson() {
-    return json;
+    return json();
+  }
+
+  /**
+   * Equal components (as a record's {@code equals}).
+   *
+   * @param o another object
+   * @return whether equal
+   */
+  @Override
+  public boolean equals(Object o) {
+    if (this == o) {
+      return true;
+    }
+    if (!(o instanceof Decision)) {
+      return false;
+    }
+    Decision d = (Decision) o;
+    return originNanos == d.originNanos
+        && reservationId.equals(d.reservationId)
+        && send.equals(d.send)
+        && stopReason.equals(d.stopReason)
+        && at.equals(d.at)
+        && key.equals(d.key)
+        && keyIndex.equals(d.keyIndex)
+        && mode.equals(d.mode)
+        && numbers.equals(d.numbers)
+        && warnings.equals(d.warnings)
+        && outcome == d.outcome
+        && detail.equals(d.detail)
+        && provenUntil.equals(d.provenUntil)
+        && expiresAtMs.equals(d.expiresAtMs)
+        && remainingTtlMs.equals(d.remainingTtlMs)
+        && json().equals(d.json());
+  }
+
+  /**
+   * A hash consistent with {@link #equals(Object)}.
+   *
+   * @return the hash
+   */
+  @Override
+  public int hashCode() {
+    return Objects.hash(
+        reservationId, send, stopReason, at, key, keyIndex, mode, numbers, warnings, outcome,
+        detail, provenUntil, expiresAtMs, remainingTtlMs, originNanos, json());
+  }
+
+  /**
+   * The components in a record's format: {@code Decision[reservationId=..., ..., json=...]}.
+   *
+   * @return the text
+   */
+  @Override
+  public String toString() {
+    return "Decision[reservationId=" + reservationId + ", send=" + send + ", stopReason="
+        + stopReason + ", at=" + at + ", key=" + key + ", keyIndex=" + keyIndex + ", mode=" + mode
+        + ", numbers=" + numbers + ", warnings=" + warnings + ", outcome=" + outcome + ", detail="
+        + detail + ", provenUntil=" + provenUntil + ", expiresAtMs=" + expiresAtMs
+        + ", remainingTtlMs=" + remainingTtlMs + ", originNanos=" + originNanos + ", json="
+        + json() + "]";
   }
 }

@@ -9,8 +9,7 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.OptionalLong;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.concurrent.locks.ReentrantReadWriteLock;
-import java.util.function.LongFunction;
+import java.util.concurrent.locks.StampedLock;
 
 /**
  * The heartbeat of one Cycles reservation: a sans-IO state machine that decides when to extend the
@@ -77,8 +76,41 @@ public final class Heartbeat implements AutoCloseable {
   private final long timeoutBits;
   private final boolean timeoutUnbounded;
   private final Cleaner.Cleanable cleanable;
-  private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
-  private boolean closed; // guarded by lock
+  /** Calls hold its read lock, {@link #close()} its write lock; its monitor orders changes. */
+  private final StampedLock lock = new StampedLock();
+  private volatile boolean closed; // written under the write lock
+
+  /**
+   * Native calls that change the heartbeat, and polls, run one at a time under the monitor of
+   * {@link #lock}; each change first counts itself here.
+   */
+  private volatile long mutations;
+
+  /**
+   * The action as of {@link #mutations} == {@code m}: a decision-returning call brings back the
+   * action it leaves, so the {@link #pollAction()} that follows needs no native call while no
+   * change started since. A stale entry (its {@code m} behind) is only ignored.
+   */
+  private volatile Known known;
+
+  private static final class Known {
+    final long m;
+    final Action action;
+
+    Known(long m, Action action) {
+      this.m = m;
+      this.action = action;
+    }
+
+    Attempt attempt() {
+      return action.attempt().orElse(null);
+    }
+
+    static long id(Known k) {
+      Attempt a = k == null ? null : k.attempt();
+      return a == null ? 0 : a.id();
+    }
+  }
 
   private Heartbeat(long handle, long origin, long timeoutBits, boolean timeoutUnbounded) {
     this.handle = handle;
@@ -333,8 +365,10 @@ public final class Heartbeat implements AutoCloseable {
       } else {
         failure = failureCode(create.failure().orElseThrow());
       }
-      Wire w =
-          Wire.open(
+      long[] slots = new long[Slots.ADOPT_HANDLE + 1];
+      Object[] objs = new Object[Slots.DECIDED_OBJS];
+      byte[] text = new byte[Slots.TEXT_LEN];
+      Slots.check(
               NativeBridge.nativeAdopt(
                   ttlMillis,
                   timeoutBits,
@@ -350,11 +384,24 @@ public final class Heartbeat implements AutoCloseable {
                   status,
                   headers,
                   body,
-                  timingUnknown));
-      Heartbeat hb = new Heartbeat(w.u64(), origin, timeoutBits, timeoutUnbounded);
+                  timingUnknown,
+                  slots,
+                  objs,
+                  text),
+          objs);
+      Heartbeat hb = new Heartbeat(slots[Slots.ADOPT_HANDLE], origin, timeoutBits, timeoutUnbounded);
       Decision first;
       try {
-        first = w.decision(origin);
+        first = Slots.decision(slots, 0, objs, 0, text, 0, origin);
+        hb.remember(
+            0,
+            slots,
+            Slots.DEC_LEN,
+            objs,
+            Slots.DECIDED_O_ACTION,
+            text,
+            Slots.decisionText(slots, 0),
+            null);
       } catch (RuntimeException e) {
         hb.close();
         throw e;
@@ -395,7 +442,11 @@ public final class Heartbeat implements AutoCloseable {
     return since;
   }
 
+  /** The encoded headers, or null for none. */
   private static byte[] headerPairs(Response response) {
+    if (response.headers().isEmpty()) {
+      return null;
+    }
     List<String[]> pairs = new ArrayList<>(response.headers().size());
     for (Header h : response.headers()) {
       pairs.add(new String[] {h.name(), h.value()});
@@ -416,19 +467,76 @@ public final class Heartbeat implements AutoCloseable {
     }
   }
 
-  private byte[] call(LongFunction<byte[]> f) {
-    ReentrantReadWriteLock.ReadLock read = lock.readLock();
-    read.lock();
-    try {
-      if (closed) {
-        throw new IllegalStateException("leasebeat: this Heartbeat is closed");
-      }
-      return f.apply(handle);
-    } finally {
-      read.unlock();
-      // Keep this object (and so the handle) reachable until the native call returned.
-      Reference.reachabilityFence(this);
+  /**
+   * Takes the read lock for one native call and returns its stamp; pair with {@link #exit(long)}
+   * in a finally block.
+   *
+   * @throws IllegalStateException if closed
+   */
+  private long enter() {
+    long stamp = lock.readLock();
+    if (closed) {
+      lock.unlockRead(stamp);
+      throw new IllegalStateException("leasebeat: this Heartbeat is closed");
     }
+    return stamp;
+  }
+
+  private void exit(long stamp) {
+    lock.unlockRead(stamp);
+    // Keep this object (and so the handle) reachable until the native call returned.
+    Reference.reachabilityFence(this);
+  }
+
+  /**
+   * Runs a decision-returning native call (a change) and decodes its decision; remembers the
+   * action it leaves for {@link #pollAction()}.
+   */
+  private Decision decide(DecisionCall f) {
+    long[] slots = new long[Slots.DECIDED_LEN];
+    Object[] objs = new Object[Slots.DECIDED_OBJS];
+    byte[] text = new byte[Slots.TEXT_LEN];
+    Known k = known;
+    int status;
+    long m;
+    long stamp = enter();
+    long h = handle;
+    try {
+      synchronized (lock) {
+        m = ++mutations;
+        status = f.call(h, Known.id(k), slots, objs, text);
+      }
+    } finally {
+      exit(stamp);
+    }
+    Slots.check(status, objs);
+    Decision d = Slots.decision(slots, 0, objs, 0, text, 0, origin);
+    remember(
+        m, slots, Slots.DEC_LEN, objs, Slots.DECIDED_O_ACTION, text, Slots.decisionText(slots, 0), k);
+    return d;
+  }
+
+  /** Decodes and remembers the action of change (or poll) number {@code m}. */
+  private Action remember(
+      long m, long[] slots, int o, Object[] objs, int oo, byte[] text, int t, Known k) {
+    Action a =
+        Slots.action(
+            slots,
+            o,
+            objs,
+            oo,
+            text,
+            t,
+            k == null ? null : k.attempt(),
+            k == null ? null : k.action,
+            origin);
+    known = new Known(m, a);
+    return a;
+  }
+
+  @FunctionalInterface
+  private interface DecisionCall {
+    int call(long handle, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
   }
 
   private long core(long nowNanos) {
@@ -443,8 +551,20 @@ public final class Heartbeat implements AutoCloseable {
   }
 
   private State state() {
-    Wire w = Wire.open(call(NativeBridge::nativeState));
-    return new State(w, origin);
+    long[] slots = new long[Slots.STATE_LEN];
+    Object[] objs = new Object[Slots.STATE_OBJS];
+    byte[] text = new byte[Slots.TEXT_LEN];
+    Known k = known;
+    int status;
+    long stamp = enter();
+    long h = handle;
+    try {
+      status = NativeBridge.nativeState(h, Known.id(k), slots, objs, text);
+    } finally {
+      exit(stamp);
+    }
+    Slots.check(status, objs);
+    return new State(slots, objs, text, k == null ? null : k.attempt(), origin);
   }
 
   private static final class State {
@@ -455,23 +575,24 @@ public final class Heartbeat implements AutoCloseable {
     final long lastEvent;
     final Optional<Decision> last;
 
-    State(Wire w, long origin) {
-      int tag = w.u8();
-      if (tag == 2) {
-        action = new Action(Action.Type.STOP, Optional.empty(), Optional.of(w.reason()));
-      } else {
-        Attempt a = w.attempt(origin);
-        action =
-            new Action(
-                tag == 0 ? Action.Type.SEND : Action.Type.AWAIT_OUTCOME,
-                Optional.of(a),
-                Optional.empty());
-      }
-      reservationId = w.optStr();
-      mode = w.optStr().map(Mode::fromWire);
-      maxRtt = w.u64();
-      lastEvent = w.u64();
-      last = w.bool() ? Optional.of(w.decision(origin)) : Optional.empty();
+    State(long[] s, Object[] objs, byte[] text, Attempt known, long origin) {
+      action = Slots.action(s, 0, objs, 0, text, 0, known, null, origin);
+      reservationId = Optional.ofNullable((String) objs[Slots.S_O_RID]);
+      mode = Slots.mode(s[Slots.S_MODE]);
+      maxRtt = s[Slots.S_MAX_RTT];
+      lastEvent = s[Slots.S_LAST_EVENT];
+      last =
+          s[Slots.S_HAS_LAST] != 0
+              ? Optional.of(
+                  Slots.decision(
+                      s,
+                      Slots.S_DECISION,
+                      objs,
+                      Slots.S_O_DECISION,
+                      text,
+                      Slots.actionText(s, 0),
+                      origin))
+              : Optional.empty();
     }
   }
 
@@ -485,7 +606,31 @@ public final class Heartbeat implements AutoCloseable {
    * @throws IllegalStateException if closed
    */
   public Action pollAction() {
-    return state().action;
+    Known k = known;
+    if (k != null && k.m == mutations) {
+      // Nothing changed since that action was current.
+      if (closed) {
+        throw new IllegalStateException("leasebeat: this Heartbeat is closed");
+      }
+      return k.action;
+    }
+    long[] slots = new long[Slots.ACT_LEN];
+    Object[] objs = new Object[2];
+    byte[] text = new byte[Slots.TEXT_LEN];
+    int status;
+    long m;
+    long stamp = enter();
+    long h = handle;
+    try {
+      synchronized (lock) {
+        m = mutations;
+        status = NativeBridge.nativePoll(h, Known.id(k), slots, objs, text);
+      }
+    } finally {
+      exit(stamp);
+    }
+    Slots.check(status, objs);
+    return remember(m, slots, 0, objs, 0, text, 0, k);
   }
 
   /**
@@ -495,7 +640,7 @@ public final class Heartbeat implements AutoCloseable {
    * @throws IllegalStateException if closed
    */
   public Optional<Attempt> attempt() {
-    return state().action.attempt();
+    return pollAction().attempt();
   }
 
   /**
@@ -506,7 +651,7 @@ public final class Heartbeat implements AutoCloseable {
    * @throws IllegalStateException if closed
    */
   public Optional<Num> pollTimeout() {
-    Action a = state().action;
+    Action a = pollAction();
     return a.type() == Action.Type.SEND
         ? a.attempt().map(Attempt::due).filter(Num::isFinite)
         : Optional.empty();
@@ -530,7 +675,7 @@ public final class Heartbeat implements AutoCloseable {
    * @throws IllegalStateException if closed
    */
   public Optional<StopReason> stopReason() {
-    return state().action.stopReason();
+    return pollAction().stopReason();
   }
 
   /**
@@ -599,13 +744,7 @@ public final class Heartbeat implements AutoCloseable {
    * @return true once closed
    */
   public boolean isClosed() {
-    ReentrantReadWriteLock.ReadLock read = lock.readLock();
-    read.lock();
-    try {
-      return closed;
-    } finally {
-      read.unlock();
-    }
+    return closed;
   }
 
   // ----- events -----
@@ -624,7 +763,19 @@ public final class Heartbeat implements AutoCloseable {
   public void handleSent(long attemptId, long nowNanos) {
     checkId(attemptId);
     long now = core(nowNanos);
-    Wire.open(call(h -> NativeBridge.nativeSent(h, attemptId, now)));
+    Object[] objs = new Object[2];
+    int status;
+    long stamp = enter();
+    long h = handle;
+    try {
+      synchronized (lock) {
+        ++mutations;
+        status = NativeBridge.nativeSent(h, attemptId, now, objs);
+      }
+    } finally {
+      exit(stamp);
+    }
+    Slots.check(status, objs);
   }
 
   /**
@@ -648,12 +799,12 @@ public final class Heartbeat implements AutoCloseable {
     long now = core(nowNanos);
     byte[] headers = headerPairs(response);
     byte[] body = response.rawBody();
-    return Wire.open(
-            call(
-                h ->
-                    NativeBridge.nativeResponse(
-                        h, attemptId, response.status(), headers, body, response.timingUnknown(), now)))
-        .decision(origin);
+    int code = response.status();
+    boolean timingUnknown = response.timingUnknown();
+    return decide(
+        (h, known, slots, objs, text) ->
+            NativeBridge.nativeResponse(
+                h, attemptId, code, headers, body, timingUnknown, now, known, slots, objs, text));
   }
 
   /**
@@ -674,7 +825,9 @@ public final class Heartbeat implements AutoCloseable {
     Objects.requireNonNull(failure, "failure");
     long now = core(nowNanos);
     int code = failureCode(failure);
-    return Wire.open(call(h -> NativeBridge.nativeFailure(h, attemptId, code, now))).decision(origin);
+    return decide(
+        (h, known, slots, objs, text) ->
+            NativeBridge.nativeFailure(h, attemptId, code, now, known, slots, objs, text));
   }
 
   /**
@@ -687,7 +840,9 @@ public final class Heartbeat implements AutoCloseable {
    */
   public Decision cancel(long nowNanos) {
     long now = core(nowNanos);
-    return Wire.open(call(h -> NativeBridge.nativeCancel(h, now))).decision(origin);
+    return decide(
+        (h, known, slots, objs, text) ->
+            NativeBridge.nativeCancel(h, now, known, slots, objs, text));
   }
 
   /**
@@ -696,15 +851,14 @@ public final class Heartbeat implements AutoCloseable {
    */
   @Override
   public void close() {
-    ReentrantReadWriteLock.WriteLock write = lock.writeLock();
-    write.lock();
+    long stamp = lock.writeLock();
     try {
       if (!closed) {
         closed = true;
         cleanable.clean();
       }
     } finally {
-      write.unlock();
+      lock.unlockWrite(stamp);
     }
   }
 

@@ -1,8 +1,10 @@
 package io.leasebeat;
 
 /**
- * The native methods of libleasebeat_jni. Each returns an envelope decoded by {@link Wire}. Only
- * primitives and byte arrays cross the boundary; strings travel as UTF-8.
+ * The native methods of libleasebeat_jni (conventions in jvm/native/lib.rs). Hot calls fill a
+ * {@code long[]} and an {@code Object[]} the caller owns and return a status ({@link
+ * Slots#check}); cold calls return an envelope decoded by {@link Wire}. Strings going in travel as
+ * strict UTF-8 bytes.
  */
 final class NativeBridge {
   static {
@@ -21,7 +23,7 @@ final class NativeBridge {
   static native byte[] nativeForReservation(
       long ttlMs, long timeoutBits, boolean timeoutUnbounded, byte[] reservationId, byte[] keyPrefix);
 
-  static native byte[] nativeAdopt(
+  static native int nativeAdopt(
       long ttlMs,
       long timeoutBits,
       boolean timeoutUnbounded,
@@ -36,20 +38,46 @@ final class NativeBridge {
       int status,
       byte[] headers,
       byte[] body,
-      boolean timingUnknown);
+      boolean timingUnknown,
+      long[] slots,
+      Object[] objs,
+      byte[] text);
 
   static native void nativeFree(long handle);
 
-  static native byte[] nativeSent(long handle, long attemptId, long nowNs);
+  static native int nativeSent(long handle, long attemptId, long nowNs, Object[] objs);
 
-  static native byte[] nativeResponse(
-      long handle, long attemptId, int status, byte[] headers, byte[] body, boolean timingUnknown, long nowNs);
+  static native int nativeResponse(
+      long handle,
+      long attemptId,
+      int status,
+      byte[] headers,
+      byte[] body,
+      boolean timingUnknown,
+      long nowNs,
+      long knownAttemptId,
+      long[] slots,
+      Object[] objs,
+      byte[] text);
 
-  static native byte[] nativeFailure(long handle, long attemptId, int failure, long nowNs);
+  static native int nativeFailure(
+      long handle,
+      long attemptId,
+      int failure,
+      long nowNs,
+      long knownAttemptId,
+      long[] slots,
+      Object[] objs,
+      byte[] text);
 
-  static native byte[] nativeCancel(long handle, long nowNs);
+  static native int nativeCancel(
+      long handle, long nowNs, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
 
-  static native byte[] nativeState(long handle);
+  static native int nativePoll(long handle, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
+
+  static native int nativeState(long handle, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
+
+  static native String nativeDecisionJson(long[] slots, String reservationId, String detail);
 
   static native byte[] nativeCatalog();
 
@@ -58,4 +86,11 @@ final class NativeBridge {
   static native byte[] nativeMath(int op, long a, long b, long c, long d, boolean flagA, boolean flagB);
 
   static native byte[] nativeRetryAfter(byte[] values);
+
+  /** The benchmark's timed region in Rust alone (see DecisionBench): median ns per operation. */
+  static native double nativeBenchCore(int n, int batches);
+
+  static double benchCore(int n, int batches) {
+    return nativeBenchCore(n, batches);
+  }
 }

@@ -1,0 +1,221 @@
+package io.leasebeat;
+
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+
+/**
+ * Warmed-loop benchmark of one primary decision through the Java API (scripts/bench-jvm.sh).
+ *
+ * <p>Fixture: the core's benches/heartbeat.rs one. Setup (not timed): a heartbeat (ttl 60000 ms,
+ * timeout 10000 ms, sequential keys), the create sent at 0 and answered 200 at 1.5 s with the
+ * create body, the first extend sent at 38.5 s. Timed: {@code handleResponse(id, 200 extend body,
+ * 38.6 s)} then {@code pollAction()}, once per prepared heartbeat, over a batch; ns per operation =
+ * batch time / batch size. The Response object is built once, outside the timed region (as
+ * Response::new(200).body(EXTEND) is inside the Rust one: that copy is the core's input). Each
+ * round reports a median over its batches; the figure is the median of the rounds. A full GC runs
+ * after each batch's setup, outside the timed region (see {@link #GC}).
+ */
+final class DecisionBench {
+  static final long MS = 1_000_000L;
+  static final String CREATE =
+      "{\"decision\":\"ALLOW\",\"reservation_id\":\"r-1\",\"affected_scopes\":[\"tenant:acme\"],"
+          + "\"expires_at_ms\":1785585660000,\"remaining_ttl_ms\":61500}";
+  static final String EXTEND =
+      "{\"status\":\"ACTIVE\",\"expires_at_ms\":1785585720000,\"remaining_ttl_ms\":60000}";
+  static final Response CREATE_OK = Response.of(200).withBody(CREATE.getBytes(StandardCharsets.UTF_8));
+  static final Response EXTEND_OK = Response.of(200).withBody(EXTEND.getBytes(StandardCharsets.UTF_8));
+
+  static volatile Object sink;
+
+  /**
+   * A full GC after each batch's setup (default true): the heartbeats' Java objects are then
+   * compacted, as long-lived ones are in a running service. Without it they lie scattered among
+   * the setup's garbage and the Java rounds of one run vary 2-5x (measured), while the Rust ones
+   * do not.
+   */
+  static final boolean GC = !"false".equals(System.getProperty("bench.gc"));
+
+  private DecisionBench() {}
+
+  /** A heartbeat whose create succeeded and whose first extend is in flight; returns its id. */
+  static Heartbeat inFlight(long[] id, int i) {
+    Heartbeat hb =
+        Heartbeat.builder().ttlMillis(60_000).requestTimeoutMillis(10_000).keyPrefix("k").originNanos(0).build();
+    long c = hb.pollAction().attempt().orElseThrow().id();
+    hb.handleSent(c, 0);
+    hb.handleResponse(c, CREATE_OK, 1_500 * MS);
+    long e = hb.pollAction().attempt().orElseThrow().id();
+    hb.handleSent(e, 38_500 * MS);
+    id[i] = e;
+    return hb;
+  }
+
+  /** ns per op of one batch of the timed region. */
+  static double batch(int n, boolean poll) {
+    Heartbeat[] hbs = new Heartbeat[n];
+    long[] ids = new long[n];
+    for (int i = 0; i < n; i++) {
+      hbs[i] = inFlight(ids, i);
+    }
+    if (GC) {
+      System.gc(); // live heartbeats compacted, as long-lived ones are in a running service
+    }
+    Object last = null;
+    long t0 = System.nanoTime();
+    for (int i = 0; i < n; i++) {
+      Decision d = hbs[i].handleResponse(ids[i], EXTEND_OK, 38_600 * MS);
+      last = poll ? hbs[i].pollAction() : d;
+    }
+    long t1 = System.nanoTime();
+    sink = last;
+    for (Heartbeat hb : hbs) {
+      hb.close();
+    }
+    return (t1 - t0) / (double) n;
+  }
+
+  /** Split timings (bench.splits=true): the native calls alone and the Java decoding alone. */
+  static double[] splits(int n) throws ReflectiveOperationException {
+    java.lang.reflect.Field hf = Heartbeat.class.getDeclaredField("handle");
+    hf.setAccessible(true);
+    Heartbeat[] hbs = new Heartbeat[n];
+    long[] ids = new long[n];
+    long[] handles = new long[n];
+    for (int i = 0; i < n; i++) {
+      hbs[i] = inFlight(ids, i);
+      handles[i] = hf.getLong(hbs[i]);
+    }
+    byte[] body = EXTEND_OK.rawBody();
+    if (GC) {
+      System.gc();
+    }
+    long[][] slots = new long[n][];
+    Object[][] objs = new Object[n][];
+    byte[][] texts = new byte[n][];
+    long t0 = System.nanoTime();
+    for (int i = 0; i < n; i++) {
+      slots[i] = new long[Slots.DECIDED_LEN];
+      objs[i] = new Object[Slots.DECIDED_OBJS];
+      texts[i] = new byte[Slots.TEXT_LEN];
+      NativeBridge.nativeResponse(
+          handles[i], ids[i], 200, null, body, false, 38_600 * MS, ids[i], slots[i], objs[i],
+          texts[i]);
+    }
+    long t1 = System.nanoTime();
+    Object last = null;
+    for (int i = 0; i < n; i++) {
+      last = Slots.decision(slots[i], 0, objs[i], 0, texts[i], 0, 0);
+    }
+    long t2 = System.nanoTime();
+    long[][] ps = new long[n][];
+    Object[][] po = new Object[n][];
+    byte[][] pt = new byte[n][];
+    for (int i = 0; i < n; i++) {
+      ps[i] = new long[Slots.ACT_LEN];
+      po[i] = new Object[2];
+      pt[i] = new byte[Slots.TEXT_LEN];
+      NativeBridge.nativePoll(handles[i], 0, ps[i], po[i], pt[i]);
+    }
+    long t3 = System.nanoTime();
+    for (int i = 0; i < n; i++) {
+      last = Slots.action(ps[i], 0, po[i], 0, pt[i], 0, null, null, 0);
+    }
+    long t4 = System.nanoTime();
+    for (int i = 0; i < n; i++) {
+      NativeBridge.nativeSent(handles[i], 99, 38_700 * MS, new Object[2]);
+    }
+    long t5 = System.nanoTime();
+    sink = last;
+    for (Heartbeat hb : hbs) {
+      hb.close();
+    }
+    return new double[] {
+      (t1 - t0) / (double) n, (t2 - t1) / (double) n, (t3 - t2) / (double) n,
+      (t4 - t3) / (double) n, (t5 - t4) / (double) n
+    };
+  }
+
+  static long[] round1(double[] v) {
+    long[] r = new long[v.length];
+    for (int i = 0; i < v.length; i++) {
+      r[i] = Math.round(v[i]);
+    }
+    return r;
+  }
+
+  static double median(double[] v) {
+    double[] s = v.clone();
+    Arrays.sort(s);
+    return s[s.length / 2];
+  }
+
+  public static void main(String[] args) throws ReflectiveOperationException {
+    if (Boolean.getBoolean("bench.splits")) {
+      String[] names = {
+        "nativeResponse (JNI + core + decision and action slots)", "Slots.decision (Java decode)",
+        "nativePoll (JNI + core + key/body)", "Slots.action (Java decode)",
+        "nativeSent failing NOT_OUTSTANDING (JNI + error path)"
+      };
+      for (int w = 0; w < 300; w++) {
+        splits(1000);
+      }
+      double[][] r = new double[names.length][40];
+      for (int b = 0; b < 40; b++) {
+        double[] x = splits(1000);
+        for (int k = 0; k < names.length; k++) {
+          r[k][b] = x[k];
+        }
+      }
+      for (int k = 0; k < names.length; k++) {
+        System.out.printf("%-58s %10.1f%n", names[k], median(r[k]));
+      }
+      System.out.printf("%-58s %10.1f%n", "rust core alone", NativeBridge.benchCore(1000, 40));
+      return;
+    }
+    int n = 1000;
+    int batches = Integer.getInteger("bench.batches", 40);
+    int rounds = Integer.getInteger("bench.rounds", 7);
+    // Warm-up: compile every path (C2) before measuring.
+    for (int w = 0; w < 300; w++) {
+      batch(n, true);
+      batch(n, false);
+    }
+    double[] primary = new double[rounds];
+    double[] responseOnly = new double[rounds];
+    double[] core = new double[rounds];
+    for (int r = 0; r < rounds; r++) {
+      double[] a = new double[batches];
+      double[] b = new double[batches];
+      for (int i = 0; i < batches; i++) {
+        a[i] = batch(n, true);
+        b[i] = batch(n, false);
+      }
+      primary[r] = median(a);
+      responseOnly[r] = median(b);
+      core[r] = NativeBridge.benchCore(n, batches);
+    }
+    double p = median(primary);
+    double ro = median(responseOnly);
+    double c = median(core);
+    System.out.printf("rounds: %d x %d batches of %d heartbeats%n", rounds, batches, n);
+    System.out.printf("round medians, decision + poll: %s%n", Arrays.toString(round1(primary)));
+    System.out.printf("round medians, core:            %s%n", Arrays.toString(round1(core)));
+    System.out.printf("%-58s %10s%n", "what (median ns per operation)", "ns");
+    System.out.printf("%-58s %10.1f%n", "java handleResponse(200 extend) + pollAction", p);
+    System.out.printf("%-58s %10.1f%n", "java handleResponse(200 extend) only", ro);
+    System.out.printf("%-58s %10.1f%n", "rust core handle_response + poll_action, same process", c);
+    System.out.printf("%-58s %10.1f%n", "JNI + Java overhead above the core (target <= 300)", p - c);
+    System.out.printf(
+        "BENCH {\"id\": \"jvm.decision\", \"what\": \"Java handleResponse(200 extend body) +"
+            + " pollAction, warmed loop\", \"value\": %.1f, \"unit\": \"ns\"}%n",
+        p);
+    System.out.printf(
+        "BENCH {\"id\": \"jvm.core_same_process\", \"what\": \"the same calls in Rust inside the"
+            + " JVM process (no JNI)\", \"value\": %.1f, \"unit\": \"ns\"}%n",
+        c);
+    System.out.printf(
+        "BENCH {\"id\": \"jvm.overhead\", \"what\": \"JNI and Java cost above the core, same run\","
+            + " \"value\": %.1f, \"unit\": \"ns\"}%n",
+        p - c);
+  }
+}

@@ -1,0 +1,391 @@
+package io.leasebeat;
+
+import java.math.BigInteger;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Optional;
+import java.util.OptionalLong;
+
+/**
+ * Decoder of the hot calls' results (layout documented in jvm/native/lib.rs, modules {@code dec},
+ * {@code act}, {@code state}): a {@code long[]} of primitives and an {@code Object[]} holding only
+ * real strings and bytes. Enum constants arrive as indices into tables the native catalog sends
+ * once, matched here by stable string (no ordinal is assumed).
+ */
+final class Slots {
+  private Slots() {}
+
+  // Decision block (dec).
+  static final int D_NEXT = 0;
+  static final int D_WHAT = 1;
+  static final int D_FLAGS = 2;
+  static final int D_AT = 3;
+  static final int D_KEY = 4;
+  static final int D_KEY_INDEX = 5;
+  static final int D_MODE = 6;
+  static final int D_OUTCOME = 7;
+  static final int D_PROVEN = 8;
+  static final int D_EXPIRES = 9;
+  static final int D_REMAINING = 10;
+  static final int D_NUM_TAGS = 11;
+  static final int D_WARN_COUNT = 12;
+  static final int D_WARN = 13;
+  static final int D_NUMS = 20;
+  static final int D_RID_LEN = 48;
+  static final int D_DETAIL_LEN = 49;
+  static final int DEC_LEN = 50;
+  static final long F_AT = 1;
+  static final long F_KEY = 2;
+  static final long F_KEY_INDEX = 4;
+  static final long F_MODE = 8;
+  static final long F_PROVEN = 16;
+  static final long F_EXPIRES = 32;
+  static final long F_REMAINING = 64;
+  static final int O_RID = 0;
+  static final int O_DETAIL = 1;
+
+  // Action block (act).
+  static final int A_TAG = 0;
+  static final int A_REASON = 1;
+  static final int A_ID = 2;
+  static final int A_KIND = 3;
+  static final int A_DUE_SET = 4;
+  static final int A_DUE = 5;
+  static final int A_KEY_INDEX = 6;
+  static final int A_KEY_USE = 7;
+  static final int A_SENT_SET = 8;
+  static final int A_SENT = 9;
+  static final int A_ZERO_WINDOW = 10;
+  static final int A_KEY_LEN = 11;
+  static final int A_BODY_LEN = 12;
+  static final int ACT_LEN = 13;
+  static final int O_KEY = 0;
+  static final int O_BODY = 1;
+
+  // A decision followed by the action it leaves (decided results).
+  static final int DECIDED_LEN = DEC_LEN + ACT_LEN;
+  static final int DECIDED_O_ACTION = 2;
+  static final int DECIDED_OBJS = 4;
+
+  // State (state).
+  static final int S_MODE = ACT_LEN;
+  static final int S_MAX_RTT = ACT_LEN + 1;
+  static final int S_LAST_EVENT = ACT_LEN + 2;
+  static final int S_HAS_LAST = ACT_LEN + 3;
+  static final int S_DECISION = 18;
+  static final int STATE_LEN = S_DECISION + DEC_LEN;
+  static final int S_O_RID = 2;
+  static final int S_O_DECISION = 3;
+  static final int STATE_OBJS = 5;
+
+  /**
+   * The size of the text buffer a hot call gets: strings and bodies that fit come back in it (a
+   * length slot), longer ones as objects (length -2); -1 = absent.
+   */
+  static final int TEXT_LEN = 512;
+
+  /** The adoption's handle slot, after its first decision. */
+  static final int ADOPT_HANDLE = DECIDED_LEN;
+
+  private static final BigInteger TWO_64 = BigInteger.ONE.shiftLeft(64);
+
+  /** The index tables, from the native catalog (loaded with the first decision). */
+  private static final class Tables {
+    static final StopReason[] REASONS;
+    static final AttemptKind[] KINDS;
+    static final KeyUse[] KEY_USES;
+    static final Mode[] MODES;
+    static final Warning[] WARNINGS;
+    static final OutcomeClass[] OUTCOMES;
+
+    static {
+      Wire w = Wire.open(NativeBridge.nativeCatalog());
+      for (int i = 0, n = w.u32(); i < n; i++) {
+        w.str();
+        w.str();
+      }
+      REASONS = new StopReason[w.u32()];
+      for (int i = 0; i < REASONS.length; i++) {
+        REASONS[i] = w.reason();
+      }
+      w.str(); // version
+      KINDS = table(w, AttemptKind.class);
+      KEY_USES = table(w, KeyUse.class);
+      MODES = table(w, Mode.class);
+      WARNINGS = table(w, Warning.class);
+      OUTCOMES = table(w, OutcomeClass.class);
+      List<String> names = new ArrayList<>();
+      for (int i = 0, n = w.u32(); i < n; i++) {
+        names.add(w.str());
+      }
+      if (!names.equals(Numbers.NAMES)) {
+        throw new IllegalStateException(
+            "leasebeat: the native numbers " + names + " differ from " + Numbers.NAMES);
+      }
+    }
+
+    @SuppressWarnings("unchecked")
+    private static <E extends Enum<E>> E[] table(Wire w, Class<E> type) {
+      int n = w.u32();
+      E[] t = (E[]) java.lang.reflect.Array.newInstance(type, n);
+      for (int i = 0; i < n; i++) {
+        String wire = w.str();
+        for (E c : type.getEnumConstants()) {
+          if (c.toString().equals(wire)) {
+            t[i] = c;
+          }
+        }
+        if (t[i] == null) {
+          throw new IllegalStateException("leasebeat: no " + type.getSimpleName() + " for " + wire);
+        }
+      }
+      return t;
+    }
+  }
+
+  /** The mode at a state's mode slot (-1 = none). */
+  static Optional<Mode> mode(long i) {
+    return i < 0 ? Optional.empty() : Optional.of(at(Tables.MODES, i));
+  }
+
+  /** Loads the tables now (a mismatch with the native library fails here). */
+  static void checkTables() {
+    Tables.KINDS.getClass();
+  }
+
+  /**
+   * Throws what a non-zero status carries: objects 0 and 1 are the {@code Code} constant and the
+   * message of a core error (1), object 1 the message of a panic (2).
+   */
+  static void check(int status, Object[] objs) {
+    switch (status) {
+      case 0:
+        return;
+      case 1:
+        throw new LeaseException(LeaseException.Code.valueOf((String) objs[0]), (String) objs[1]);
+      case 2:
+        throw new LeaseException(LeaseException.Code.PANIC, (String) objs[1]);
+      default:
+        throw new IllegalStateException("leasebeat: unknown native status " + status);
+    }
+  }
+
+  private static String str(long len, byte[] text, int t, Object[] objs, int oi) {
+    if (len == -1) {
+      return null;
+    }
+    if (len == -2) {
+      return (String) objs[oi];
+    }
+    return new String(text, t, (int) len, StandardCharsets.UTF_8);
+  }
+
+  /** Bytes of the text buffer a decision at {@code o} uses. */
+  static int decisionText(long[] s, int o) {
+    return (int) (Math.max(0, s[o + D_RID_LEN]) + Math.max(0, s[o + D_DETAIL_LEN]));
+  }
+
+  /** Bytes of the text buffer an action at {@code o} uses. */
+  static int actionText(long[] s, int o) {
+    return (int) (Math.max(0, s[o + A_KEY_LEN]) + Math.max(0, s[o + A_BODY_LEN]));
+  }
+
+  private static <T> T at(T[] table, long i) {
+    if (i < 0 || i >= table.length) {
+      throw new IllegalStateException("leasebeat: index " + i + " out of range from the core");
+    }
+    return table[(int) i];
+  }
+
+  /** A u64 bit pattern the core bounds to 0..2^63-1 (P-1). */
+  private static OptionalLong signed(long[] s, long flags, long flag, int slot, String what) {
+    if ((flags & flag) == 0) {
+      return OptionalLong.empty();
+    }
+    if (s[slot] < 0) {
+      throw new IllegalStateException("leasebeat: " + what + " above 2^63-1 from the core");
+    }
+    return OptionalLong.of(s[slot]);
+  }
+
+  private static Optional<Num> num(long tags, int i, long[] s, int o) {
+    switch ((int) (tags >>> (2 * i)) & 3) {
+      case 0:
+        return Optional.empty();
+      case 1:
+        {
+          long hi = s[o + D_NUMS + 2 * i];
+          long lo = s[o + D_NUMS + 2 * i + 1];
+          if (hi == (lo >> 63)) {
+            return Optional.of(Num.of(lo));
+          }
+          BigInteger low = BigInteger.valueOf(lo);
+          if (lo < 0) {
+            low = low.add(TWO_64);
+          }
+          return Optional.of(Num.of(BigInteger.valueOf(hi).shiftLeft(64).add(low)));
+        }
+      case 2:
+        return Optional.of(Num.INF);
+      default:
+        return Optional.of(Num.NEG_INF);
+    }
+  }
+
+  /** The decision at slot offset {@code o}, objects from {@code oo}. */
+  static Decision decision(
+      long[] s, int o, Object[] objs, int oo, byte[] text, int t, long origin) {
+    long flags = s[o + D_FLAGS];
+    Optional<AttemptKind> send = Optional.empty();
+    Optional<StopReason> stop = Optional.empty();
+    Optional<Num> at = Optional.empty();
+    Optional<KeyUse> key = Optional.empty();
+    OptionalLong keyIndex = OptionalLong.empty();
+    if (s[o + D_NEXT] == 0) {
+      send = Optional.of(at(Tables.KINDS, s[o + D_WHAT]));
+      at = Optional.of((flags & F_AT) != 0 ? Num.ofUnsigned(s[o + D_AT]) : Num.INF);
+    } else {
+      stop = Optional.of(at(Tables.REASONS, s[o + D_WHAT]));
+    }
+    if ((flags & F_KEY) != 0) {
+      key = Optional.of(at(Tables.KEY_USES, s[o + D_KEY]));
+    }
+    if ((flags & F_KEY_INDEX) != 0) {
+      keyIndex = OptionalLong.of(s[o + D_KEY_INDEX]);
+    }
+    Optional<Mode> mode =
+        (flags & F_MODE) != 0 ? Optional.of(at(Tables.MODES, s[o + D_MODE])) : Optional.empty();
+    long tags = s[o + D_NUM_TAGS];
+    Numbers numbers =
+        new Numbers(
+            num(tags, 0, s, o),
+            num(tags, 1, s, o),
+            num(tags, 2, s, o),
+            num(tags, 3, s, o),
+            num(tags, 4, s, o),
+            num(tags, 5, s, o),
+            num(tags, 6, s, o),
+            num(tags, 7, s, o),
+            num(tags, 8, s, o),
+            num(tags, 9, s, o),
+            num(tags, 10, s, o),
+            num(tags, 11, s, o),
+            num(tags, 12, s, o),
+            num(tags, 13, s, o));
+    int nw = (int) s[o + D_WARN_COUNT];
+    List<Warning> warnings;
+    if (nw == 0) {
+      warnings = List.of();
+    } else {
+      Warning[] w = new Warning[nw];
+      for (int i = 0; i < nw; i++) {
+        w[i] = at(Tables.WARNINGS, s[o + D_WARN + i]);
+      }
+      warnings = List.of(w);
+    }
+    OutcomeClass outcome = at(Tables.OUTCOMES, s[o + D_OUTCOME]);
+    Optional<Num> provenUntil = Optional.empty();
+    if ((flags & F_PROVEN) != 0) {
+      long p = s[o + D_PROVEN];
+      provenUntil = Optional.of(p == -1L ? Num.INF : Num.ofUnsigned(p));
+    }
+    long ridLen = s[o + D_RID_LEN];
+    String rid = str(ridLen, text, t, objs, oo + O_RID);
+    String detail =
+        str(s[o + D_DETAIL_LEN], text, t + (int) Math.max(0, ridLen), objs, oo + O_DETAIL);
+    // Kept for the JSON on demand; every call allocates its own slots, so offset 0 is not copied.
+    long[] raw = o == 0 ? s : Arrays.copyOfRange(s, o, o + DEC_LEN);
+    return new Decision(
+        Optional.ofNullable(rid),
+        send,
+        stop,
+        at,
+        key,
+        keyIndex,
+        mode,
+        numbers,
+        warnings,
+        outcome,
+        Optional.ofNullable(detail),
+        provenUntil,
+        signed(s, flags, F_EXPIRES, o + D_EXPIRES, "expires_at_ms"),
+        signed(s, flags, F_REMAINING, o + D_REMAINING, "remaining_ttl_ms"),
+        origin,
+        raw,
+        null);
+  }
+
+  /**
+   * The action in {@code s}; {@code known} is the attempt the caller holds (its key and body were
+   * not sent again when the ids match), reused as is when nothing changed.
+   */
+  static Action action(
+      long[] s,
+      int o,
+      Object[] objs,
+      int oo,
+      byte[] text,
+      int t,
+      Attempt known,
+      Action knownAction,
+      long origin) {
+    int tag = (int) s[o + A_TAG];
+    if (tag == 2) {
+      StopReason r = at(Tables.REASONS, s[o + A_REASON]);
+      if (knownAction != null && knownAction.stopReason().orElse(null) == r) {
+        return knownAction;
+      }
+      return new Action(Action.Type.STOP, Optional.empty(), Optional.of(r));
+    }
+    Attempt a = attempt(s, o, objs, oo, text, t, known, origin);
+    Action.Type type = tag == 0 ? Action.Type.SEND : Action.Type.AWAIT_OUTCOME;
+    if (knownAction != null
+        && knownAction.type() == type
+        && knownAction.attempt().orElse(null) == a) {
+      return knownAction;
+    }
+    return new Action(type, Optional.of(a), Optional.empty());
+  }
+
+  private static Attempt attempt(
+      long[] s, int o, Object[] objs, int oo, byte[] text, int t, Attempt known, long origin) {
+    long id = s[o + A_ID];
+    AttemptKind kind = at(Tables.KINDS, s[o + A_KIND]);
+    Num due = s[o + A_DUE_SET] != 0 ? Num.ofUnsigned(s[o + A_DUE]) : Num.INF;
+    long keyIndex = s[o + A_KEY_INDEX];
+    KeyUse keyUse = at(Tables.KEY_USES, s[o + A_KEY_USE]);
+    OptionalLong sent =
+        s[o + A_SENT_SET] != 0 ? OptionalLong.of(origin + s[o + A_SENT]) : OptionalLong.empty();
+    boolean zeroWindow = s[o + A_ZERO_WINDOW] != 0;
+    if (known != null && known.id() == id) {
+      if (known.kind() == kind
+          && known.due().equals(due)
+          && known.keyIndex() == keyIndex
+          && known.keyUse() == keyUse
+          && known.sentNanoTime().equals(sent)
+          && known.zeroWindowRetry() == zeroWindow) {
+        return known;
+      }
+      return new Attempt(
+          id, kind, due, known.key(), keyIndex, keyUse, known.body(), sent, zeroWindow, origin);
+    }
+    long keyLen = s[o + A_KEY_LEN];
+    long bodyLen = s[o + A_BODY_LEN];
+    int b = t + (int) Math.max(0, keyLen);
+    byte[] body =
+        bodyLen == -2 ? (byte[]) objs[oo + O_BODY] : Arrays.copyOfRange(text, b, b + (int) bodyLen);
+    return new Attempt(
+        id,
+        kind,
+        due,
+        str(keyLen, text, t, objs, oo + O_KEY),
+        keyIndex,
+        keyUse,
+        body,
+        sent,
+        zeroWindow,
+        origin);
+  }
+}
