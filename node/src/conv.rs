@@ -544,8 +544,32 @@ fn headers(env: &Env, v: &Unknown<'_>, what: &str) -> R<Vec<(Vec<u8>, Vec<u8>)>>
 pub fn response(env: &Env, v: &Unknown<'_>, what: &str) -> R<lb::Response> {
     let o = object(v, what)?;
     only_keys(&o, what, &["status", "headers", "body", "timingUnknown"])?;
-    let status_v =
-        prop(&o, "status", what)?.ok_or_else(|| Fail::ty(format!("{what}.status is required")))?;
+    response_parts(
+        env,
+        prop(&o, "status", what)?,
+        prop(&o, "headers", what)?,
+        prop(&o, "body", what)?,
+        prop(&o, "timingUnknown", what)?,
+        what,
+    )
+}
+
+/// `Some` unless the value is `undefined` (an absent property).
+pub fn present<'e>(v: Unknown<'e>, what: &str) -> R<Option<Unknown<'e>>> {
+    Ok((type_of(&v, what)? != ValueType::Undefined).then_some(v))
+}
+
+/// A response from its properties (`None` = absent or `undefined`), read and
+/// checked in the order `response` reads them, with the same messages.
+pub fn response_parts(
+    env: &Env,
+    status: Option<Unknown<'_>>,
+    headers_v: Option<Unknown<'_>>,
+    body: Option<Unknown<'_>>,
+    timing_unknown: Option<Unknown<'_>>,
+    what: &str,
+) -> R<lb::Response> {
+    let status_v = status.ok_or_else(|| Fail::ty(format!("{what}.status is required")))?;
     let status = integer_u64(&status_v, &format!("{what}.status"))?;
     let status = u16::try_from(status).map_err(|_| {
         Fail::range(format!(
@@ -553,17 +577,17 @@ pub fn response(env: &Env, v: &Unknown<'_>, what: &str) -> R<lb::Response> {
         ))
     })?;
     let mut r = lb::Response::new(status);
-    if let Some(h) = prop(&o, "headers", what)? {
+    if let Some(h) = headers_v {
         if type_of(&h, what)? != ValueType::Null {
             r.headers = headers(env, &h, &format!("{what}.headers"))?;
         }
     }
-    if let Some(b) = prop(&o, "body", what)? {
+    if let Some(b) = body {
         if type_of(&b, what)? != ValueType::Null {
             r.body = body_bytes(&b, &format!("{what}.body"))?;
         }
     }
-    if let Some(t) = prop(&o, "timingUnknown", what)? {
+    if let Some(t) = timing_unknown {
         match type_of(&t, what)? {
             ValueType::Boolean => {
                 if read::<bool>(&t, &format!("{what}.timingUnknown"))? {

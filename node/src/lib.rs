@@ -22,6 +22,7 @@
 
 mod conv;
 mod errors;
+mod fast;
 
 use std::sync::Mutex;
 
@@ -887,6 +888,130 @@ impl Heartbeat {
                     },
                 })
             })
+        })
+    }
+
+    /// Internal (`fast.js`): `pollAction()` written into `scratch`; returns
+    /// the key and body text unless the attempt's id is `knownId`, or `null`
+    /// with the slow flag set when the regular `pollAction` must build it.
+    /// With `attemptOnly`, the outstanding attempt (the `attempt` getter).
+    #[napi(skip_typescript, js_name = "__poll", catch_unwind)]
+    pub fn fast_poll(
+        &self,
+        env: &Env,
+        mut scratch: Uint8ArraySlice<'_>,
+        known_id: f64,
+        attempt_only: bool,
+    ) -> Result<Option<String>> {
+        // SAFETY: JavaScript is suspended during this synchronous call and
+        // nothing else in Rust refers to the scratch's memory.
+        let scratch = unsafe { scratch.as_mut() };
+        run(env, || {
+            self.with(|hb| {
+                let polled = if attempt_only {
+                    fast::Polled::attempt(hb.attempt())
+                } else {
+                    fast::Polled::action(hb.poll_action())
+                };
+                Ok(fast::write_action(&polled, known_id, scratch)
+                    .unwrap_or_else(|()| fast::mark_slow(scratch)))
+            })
+        })
+    }
+
+    /// Internal (`fast.js`): `handleResponse` with the response's properties
+    /// as arguments (`undefined` = absent), the decision written into
+    /// `scratch`. False when `fast.js` must read `lastDecision` instead.
+    #[allow(clippy::too_many_arguments)]
+    #[napi(skip_typescript, js_name = "__respond", catch_unwind)]
+    pub fn fast_respond(
+        &self,
+        env: &Env,
+        attempt_id: Unknown<'_>,
+        status: Unknown<'_>,
+        headers: Unknown<'_>,
+        body: Unknown<'_>,
+        timing_unknown: Unknown<'_>,
+        now: Unknown<'_>,
+        mut scratch: Uint8ArraySlice<'_>,
+    ) -> Result<bool> {
+        // SAFETY: as in `fast_poll`.
+        let scratch = unsafe { scratch.as_mut() };
+        run(env, || {
+            let id = conv::integer_u64(&attempt_id, "attemptId")?;
+            let what = "response";
+            let response = conv::response_parts(
+                env,
+                conv::present(status, what)?,
+                conv::present(headers, what)?,
+                conv::present(body, what)?,
+                conv::present(timing_unknown, what)?,
+                what,
+            )?;
+            let now = conv::time_ns(&now, "now")?;
+            self.with(|hb| {
+                hb.handle_response(id, response, now)
+                    .map(|d| fast::write_decision(&d, scratch))
+                    .map_err(|e| Fail::core(&e))
+            })
+        })
+    }
+
+    /// Internal (`fast.js`): `handleFailure`, the decision written into
+    /// `scratch` (false: read `lastDecision`).
+    #[napi(skip_typescript, js_name = "__fail", catch_unwind)]
+    pub fn fast_fail(
+        &self,
+        env: &Env,
+        attempt_id: Unknown<'_>,
+        failure: Unknown<'_>,
+        now: Unknown<'_>,
+        mut scratch: Uint8ArraySlice<'_>,
+    ) -> Result<bool> {
+        // SAFETY: as in `fast_poll`.
+        let scratch = unsafe { scratch.as_mut() };
+        run(env, || {
+            let id = conv::integer_u64(&attempt_id, "attemptId")?;
+            let failure = conv::transport_failure(&failure, "failure")?;
+            let now = conv::time_ns(&now, "now")?;
+            self.with(|hb| {
+                hb.handle_failure(id, failure, now)
+                    .map(|d| fast::write_decision(&d, scratch))
+                    .map_err(|e| Fail::core(&e))
+            })
+        })
+    }
+
+    /// Internal (`fast.js`): `cancel`, the decision written into `scratch`
+    /// (false: read `lastDecision`).
+    #[napi(skip_typescript, js_name = "__cancel", catch_unwind)]
+    pub fn fast_cancel(
+        &self,
+        env: &Env,
+        now: Unknown<'_>,
+        mut scratch: Uint8ArraySlice<'_>,
+    ) -> Result<bool> {
+        // SAFETY: as in `fast_poll`.
+        let scratch = unsafe { scratch.as_mut() };
+        run(env, || {
+            let now = conv::time_ns(&now, "now")?;
+            self.with(|hb| {
+                hb.cancel(now)
+                    .map(|d| fast::write_decision(&d, scratch))
+                    .map_err(|e| Fail::core(&e))
+            })
+        })
+    }
+
+    /// Internal (`fast.js`): the last decision written into `scratch`;
+    /// `null` before the first, false when `fast.js` must read
+    /// `lastDecision` instead.
+    #[napi(skip_typescript, js_name = "__last", catch_unwind)]
+    pub fn fast_last(&self, env: &Env, mut scratch: Uint8ArraySlice<'_>) -> Result<Option<bool>> {
+        // SAFETY: as in `fast_poll`.
+        let scratch = unsafe { scratch.as_mut() };
+        run(env, || {
+            self.with(|hb| Ok(hb.last_decision().map(|d| fast::write_decision(d, scratch))))
         })
     }
 
