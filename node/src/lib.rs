@@ -23,8 +23,9 @@
 mod conv;
 mod errors;
 mod fast;
+mod raw;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use leasebeat as lb;
 use napi::bindgen_prelude::*;
@@ -707,6 +708,31 @@ enum State {
     Closed,
 }
 
+/// Runs `f` on the open heartbeat behind `state`.
+fn with_state<T>(state: &Mutex<State>, f: impl FnOnce(&mut lb::Heartbeat) -> R<T>) -> R<T> {
+    let mut guard = state.lock().map_err(|_| {
+        Fail::new(
+            Class::Error,
+            ErrorCode::Poisoned,
+            "a previous call on this Heartbeat panicked; it can no longer be used",
+        )
+    })?;
+    match &mut *guard {
+        State::Open(hb) => f(hb),
+        State::Closed => Err(Fail::new(
+            Class::Error,
+            ErrorCode::Closed,
+            "this Heartbeat was closed",
+        )),
+    }
+}
+
+/// Puts the raw callbacks of `fast.js` on the exports.
+#[napi(module_exports)]
+pub fn module_init(mut exports: Object<'_>, env: Env) -> Result<()> {
+    raw::install(&env, &mut exports)
+}
+
 /// The heartbeat of one reservation: a sans-IO state machine.
 ///
 /// It starts with a create attempt (`new Heartbeat(options)`), or, for a
@@ -724,26 +750,12 @@ enum State {
 /// the whole heartbeat.
 #[napi]
 pub struct Heartbeat {
-    state: Mutex<State>,
+    state: Arc<raw::Shared>,
 }
 
 impl Heartbeat {
     fn with<T>(&self, f: impl FnOnce(&mut lb::Heartbeat) -> R<T>) -> R<T> {
-        let mut guard = self.state.lock().map_err(|_| {
-            Fail::new(
-                Class::Error,
-                ErrorCode::Poisoned,
-                "a previous call on this Heartbeat panicked; it can no longer be used",
-            )
-        })?;
-        match &mut *guard {
-            State::Open(hb) => f(hb),
-            State::Closed => Err(Fail::new(
-                Class::Error,
-                ErrorCode::Closed,
-                "this Heartbeat was closed",
-            )),
-        }
+        with_state(&self.state, f)
     }
 }
 
@@ -769,7 +781,7 @@ impl Heartbeat {
             }
             .map_err(|e| Fail::core(&e))?;
             Ok(Heartbeat {
-                state: Mutex::new(State::Open(Box::new(hb))),
+                state: Arc::new(Mutex::new(State::Open(Box::new(hb)))),
             })
         })
     }
@@ -809,7 +821,7 @@ impl Heartbeat {
             }
             .map_err(|e| Fail::core(&e))?;
             Ok(Heartbeat {
-                state: Mutex::new(State::Open(Box::new(hb))),
+                state: Arc::new(Mutex::new(State::Open(Box::new(hb)))),
             })
         })
     }
@@ -861,7 +873,7 @@ impl Heartbeat {
             .map_err(|e| Fail::core(&e))
         })?;
         let heartbeat = Heartbeat {
-            state: Mutex::new(State::Open(Box::new(hb))),
+            state: Arc::new(Mutex::new(State::Open(Box::new(hb)))),
         }
         .into_instance(env)?;
         let mut out = Object::new(env)?;
@@ -891,70 +903,10 @@ impl Heartbeat {
         })
     }
 
-    /// Internal (`fast.js`): `pollAction()` written into `scratch`; returns
-    /// the key and body text unless the attempt's id is `knownId`, or `null`
-    /// with the slow flag set when the regular `pollAction` must build it.
-    /// With `attemptOnly`, the outstanding attempt (the `attempt` getter).
-    #[napi(skip_typescript, js_name = "__poll", catch_unwind)]
-    pub fn fast_poll(
-        &self,
-        env: &Env,
-        mut scratch: Uint8ArraySlice<'_>,
-        known_id: f64,
-        attempt_only: bool,
-    ) -> Result<Option<String>> {
-        // SAFETY: JavaScript is suspended during this synchronous call and
-        // nothing else in Rust refers to the scratch's memory.
-        let scratch = unsafe { scratch.as_mut() };
-        run(env, || {
-            self.with(|hb| {
-                let polled = if attempt_only {
-                    fast::Polled::attempt(hb.attempt())
-                } else {
-                    fast::Polled::action(hb.poll_action())
-                };
-                Ok(fast::write_action(&polled, known_id, scratch)
-                    .unwrap_or_else(|()| fast::mark_slow(scratch)))
-            })
-        })
-    }
-
-    /// Internal (`fast.js`): `handleResponse` with the response's properties
-    /// as arguments (`undefined` = absent), the decision written into
-    /// `scratch`. False when `fast.js` must read `lastDecision` instead.
-    #[allow(clippy::too_many_arguments)]
-    #[napi(skip_typescript, js_name = "__respond", catch_unwind)]
-    pub fn fast_respond(
-        &self,
-        env: &Env,
-        attempt_id: Unknown<'_>,
-        status: Unknown<'_>,
-        headers: Unknown<'_>,
-        body: Unknown<'_>,
-        timing_unknown: Unknown<'_>,
-        now: Unknown<'_>,
-        mut scratch: Uint8ArraySlice<'_>,
-    ) -> Result<bool> {
-        // SAFETY: as in `fast_poll`.
-        let scratch = unsafe { scratch.as_mut() };
-        run(env, || {
-            let id = conv::integer_u64(&attempt_id, "attemptId")?;
-            let what = "response";
-            let response = conv::response_parts(
-                env,
-                conv::present(status, what)?,
-                conv::present(headers, what)?,
-                conv::present(body, what)?,
-                conv::present(timing_unknown, what)?,
-                what,
-            )?;
-            let now = conv::time_ns(&now, "now")?;
-            self.with(|hb| {
-                hb.handle_response(id, response, now)
-                    .map(|d| fast::write_decision(&d, scratch))
-                    .map_err(|e| Fail::core(&e))
-            })
-        })
+    /// Internal (`fast.js`): the handle the raw callbacks take (see `raw.rs`).
+    #[napi(skip_typescript, js_name = "__handle", catch_unwind)]
+    pub fn fast_handle<'e>(&self, env: &'e Env) -> Result<Unknown<'e>> {
+        raw::handle(env, &self.state)
     }
 
     /// Internal (`fast.js`): `handleFailure`, the decision written into
