@@ -61,12 +61,22 @@ unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mu
 ///
 /// # Safety
 /// `env` and `info` are those of the running callback.
-unsafe fn args<const N: usize>(env: sys::napi_env, info: sys::napi_callback_info) -> Result<[sys::napi_value; N]> {
+unsafe fn args<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Result<[sys::napi_value; N]> {
     let mut argc = N;
     let mut argv = [ptr::null_mut(); N];
     // SAFETY: `argv` has room for `argc` values.
     check(unsafe {
-        sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut())
+        sys::napi_get_cb_info(
+            env,
+            info,
+            &mut argc,
+            argv.as_mut_ptr(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
     })?;
     Ok(argv)
 }
@@ -101,7 +111,15 @@ unsafe fn scratch<'a>(env: sys::napi_env, v: sys::napi_value) -> Result<&'a mut 
     let mut offset = 0;
     // SAFETY: see above.
     check(unsafe {
-        sys::napi_get_typedarray_info(env, v, &mut kind, &mut len, &mut data, &mut buffer, &mut offset)
+        sys::napi_get_typedarray_info(
+            env,
+            v,
+            &mut kind,
+            &mut len,
+            &mut data,
+            &mut buffer,
+            &mut offset,
+        )
     })?;
     if kind != sys::TypedarrayType::uint8_array || data.is_null() {
         return Err(Error::from_status(Status::InvalidArg));
@@ -112,7 +130,10 @@ unsafe fn scratch<'a>(env: sys::napi_env, v: sys::napi_value) -> Result<&'a mut 
 
 /// Runs a callback body: a failure is thrown (it already is, for a `Fail`),
 /// a panic becomes an `Error`, and `null` is returned to Node-API then.
-fn guard(env: sys::napi_env, body: impl FnOnce(&Env) -> Result<sys::napi_value>) -> sys::napi_value {
+fn guard(
+    env: sys::napi_env,
+    body: impl FnOnce(&Env) -> Result<sys::napi_value>,
+) -> sys::napi_value {
     let e = Env::from_raw(env);
     match catch_unwind(AssertUnwindSafe(|| body(&e))) {
         Ok(Ok(v)) => v,
@@ -154,7 +175,12 @@ fn text_or_null(env: &Env, s: Option<String>) -> Result<sys::napi_value> {
     // the given length.
     check(unsafe {
         match &s {
-            Some(s) => sys::napi_create_string_utf8(env.raw(), s.as_ptr().cast(), s.len() as isize, &mut out),
+            Some(s) => sys::napi_create_string_utf8(
+                env.raw(),
+                s.as_ptr().cast(),
+                s.len() as isize,
+                &mut out,
+            ),
             None => sys::napi_get_null(env.raw(), &mut out),
         }
     })?;
@@ -178,31 +204,42 @@ fn thrown<T>(env: &Env, r: R<T>) -> Result<T> {
 unsafe extern "C" fn respond(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     guard(env, |e| {
         // SAFETY: `env` and `info` are this callback's.
-        let [h, attempt_id, status, headers, body, timing, now, s] = unsafe { args::<8>(env, info)? };
+        let [h, attempt_id, status, headers, body, timing, now, s] =
+            unsafe { args::<8>(env, info)? };
         // SAFETY: the arguments of this callback (see `shared`, `scratch`).
         let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
-        let written = thrown(e, (|| {
-            // SAFETY: values of this callback.
-            let (attempt_id, status, headers, body, timing, now) = unsafe {
-                (unknown(env, attempt_id), unknown(env, status), unknown(env, headers), unknown(env, body), unknown(env, timing), unknown(env, now))
-            };
-            let id = conv::integer_u64(&attempt_id, "attemptId")?;
-            let what = "response";
-            let response = conv::response_parts(
-                e,
-                conv::present(status, what)?,
-                conv::present(headers, what)?,
-                conv::present(body, what)?,
-                conv::present(timing, what)?,
-                what,
-            )?;
-            let now = conv::time_ns(&now, "now")?;
-            with_state(state, |hb| {
-                hb.handle_response(id, response, now)
-                    .map(|d| fast::write_decision(&d, scratch))
-                    .map_err(|err| Fail::core(&err))
-            })
-        })())?;
+        let written = thrown(
+            e,
+            (|| {
+                // SAFETY: values of this callback.
+                let (attempt_id, status, headers, body, timing, now) = unsafe {
+                    (
+                        unknown(env, attempt_id),
+                        unknown(env, status),
+                        unknown(env, headers),
+                        unknown(env, body),
+                        unknown(env, timing),
+                        unknown(env, now),
+                    )
+                };
+                let id = conv::integer_u64(&attempt_id, "attemptId")?;
+                let what = "response";
+                let response = conv::response_parts(
+                    e,
+                    conv::present(status, what)?,
+                    conv::present(headers, what)?,
+                    conv::present(body, what)?,
+                    conv::present(timing, what)?,
+                    what,
+                )?;
+                let now = conv::time_ns(&now, "now")?;
+                with_state(state, |hb| {
+                    hb.handle_response(id, response, now)
+                        .map(|d| fast::write_decision(&d, scratch))
+                        .map_err(|err| Fail::core(&err))
+                })
+            })(),
+        )?;
         boolean(e, written)
     })
 }
@@ -216,15 +253,24 @@ unsafe extern "C" fn poll(env: sys::napi_env, info: sys::napi_callback_info) -> 
         // SAFETY: the arguments of this callback.
         let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
         // SAFETY: values of this callback; fast.js passes a number and a boolean.
-        let (known, only) = unsafe { (f64::from_napi_value(env, known)?, bool::from_napi_value(env, only)?) };
-        let text = thrown(e, with_state(state, |hb| {
-            let polled = if only {
-                fast::Polled::attempt(hb.attempt())
-            } else {
-                fast::Polled::action(hb.poll_action())
-            };
-            Ok(fast::write_action(&polled, known, scratch).unwrap_or_else(|()| fast::mark_slow(scratch)))
-        }))?;
+        let (known, only) = unsafe {
+            (
+                f64::from_napi_value(env, known)?,
+                bool::from_napi_value(env, only)?,
+            )
+        };
+        let text = thrown(
+            e,
+            with_state(state, |hb| {
+                let polled = if only {
+                    fast::Polled::attempt(hb.attempt())
+                } else {
+                    fast::Polled::action(hb.poll_action())
+                };
+                Ok(fast::write_action(&polled, known, scratch)
+                    .unwrap_or_else(|()| fast::mark_slow(scratch)))
+            }),
+        )?;
         text_or_null(e, text)
     })
 }
@@ -236,13 +282,18 @@ unsafe extern "C" fn sent(env: sys::napi_env, info: sys::napi_callback_info) -> 
         let [h, attempt_id, now] = unsafe { args::<3>(env, info)? };
         // SAFETY: the arguments of this callback.
         let state = unsafe { shared(env, h)? };
-        thrown(e, (|| {
-            // SAFETY: values of this callback.
-            let (attempt_id, now) = unsafe { (unknown(env, attempt_id), unknown(env, now)) };
-            let id = conv::integer_u64(&attempt_id, "attemptId")?;
-            let now = conv::time_ns(&now, "now")?;
-            with_state(state, |hb| hb.handle_sent(id, now).map_err(|err| Fail::core(&err)))
-        })())?;
+        thrown(
+            e,
+            (|| {
+                // SAFETY: values of this callback.
+                let (attempt_id, now) = unsafe { (unknown(env, attempt_id), unknown(env, now)) };
+                let id = conv::integer_u64(&attempt_id, "attemptId")?;
+                let now = conv::time_ns(&now, "now")?;
+                with_state(state, |hb| {
+                    hb.handle_sent(id, now).map_err(|err| Fail::core(&err))
+                })
+            })(),
+        )?;
         undefined(e)
     })
 }
@@ -258,7 +309,14 @@ pub fn install(env: &Env, exports: &mut Object<'_>) -> Result<()> {
         let mut f = ptr::null_mut();
         // SAFETY: a function creation with a static callback and no data.
         check(unsafe {
-            sys::napi_create_function(env.raw(), name.as_ptr().cast(), name.len() as isize, cb, ptr::null_mut(), &mut f)
+            sys::napi_create_function(
+                env.raw(),
+                name.as_ptr().cast(),
+                name.len() as isize,
+                cb,
+                ptr::null_mut(),
+                &mut f,
+            )
         })?;
         // SAFETY: `f` is a live function value of this env.
         exports.set_named_property(name, unsafe { Unknown::from_raw_unchecked(env.raw(), f) })?;
