@@ -45,9 +45,6 @@ function install () {
     return f
   }
   const handle = take('__handle')
-  const fail = take('__fail')
-  const cancelFast = take('__cancel')
-  const last = take('__last')
   // Raw Node-API callbacks (src/raw.rs): (handle, ...args), no receiver.
   const takeRaw = (name) => {
     const f = binding[name]
@@ -57,6 +54,9 @@ function install () {
   const respond = takeRaw('__lbRespond')
   const poll = takeRaw('__lbPoll')
   const sent = takeRaw('__lbSent')
+  const fail = takeRaw('__lbFail')
+  const cancelFast = takeRaw('__lbCancel')
+  const last = takeRaw('__lbLast')
   if (keepNative) return
   const slow = {
     handleResponse: proto.handleResponse,
@@ -214,12 +214,12 @@ function install () {
     },
     handleFailure: {
       value: function handleFailure (attemptId, failure, now) {
-        return decision(this, fail.call(this, attemptId, failure, now, bytes))
+        return decision(this, fail(handleOf(this).h, attemptId, failure, now, bytes))
       }
     },
     cancel: {
       value: function cancel (now) {
-        return decision(this, cancelFast.call(this, now, bytes))
+        return decision(this, cancelFast(handleOf(this).h, now, bytes))
       }
     },
     pollAction: {
@@ -234,7 +234,7 @@ function install () {
     },
     lastDecision: {
       get: function () {
-        const written = last.call(this, bytes)
+        const written = last(handleOf(this).h, bytes)
         return written === null ? null : decision(this, written)
       }
     },

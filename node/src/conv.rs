@@ -595,6 +595,43 @@ fn member(what: &str, name: &'static str) -> Cow<'static, str> {
     }
 }
 
+/// A response from its properties as `handleResponse` passes them
+/// (`undefined` = absent): the usual shape, a valid numeric status with a
+/// Buffer/Uint8Array body and no headers or timing flag, is read with one
+/// Node-API call per property; anything else is read by [`response_parts`],
+/// which checks in the same order with the same messages.
+pub fn response_args(
+    env: &Env,
+    status: Unknown<'_>,
+    headers_v: Unknown<'_>,
+    body: Unknown<'_>,
+    timing_unknown: Unknown<'_>,
+    what: &str,
+) -> R<lb::Response> {
+    let status_u16 = try_number(&status)
+        .and_then(|n| safe_u64(n, what).ok())
+        .and_then(|n| u16::try_from(n).ok());
+    if let Some(code) = status_u16 {
+        if let Ok(bytes) = read::<Uint8ArraySlice<'_>>(&body, what) {
+            if type_of(&headers_v, what)? == ValueType::Undefined
+                && type_of(&timing_unknown, what)? == ValueType::Undefined
+            {
+                let mut r = lb::Response::new(code);
+                r.body = bytes.to_vec();
+                return Ok(r);
+            }
+        }
+    }
+    response_parts(
+        env,
+        present(status, what)?,
+        present(headers_v, what)?,
+        present(body, what)?,
+        present(timing_unknown, what)?,
+        what,
+    )
+}
+
 /// `Some` unless the value is `undefined` (an absent property).
 pub fn present<'e>(v: Unknown<'e>, what: &str) -> R<Option<Unknown<'e>>> {
     Ok((type_of(&v, what)? != ValueType::Undefined).then_some(v))

@@ -100,7 +100,11 @@ fn plain(n: lb::Num) -> Option<f64> {
     match n {
         lb::Num::Inf => Some(f64::INFINITY),
         lb::Num::NegInf => Some(f64::NEG_INFINITY),
-        lb::Num::Int(v) if v.unsigned_abs() <= u128::from(MAX_SAFE) => Some(v as f64),
+        // Through i64: |v| <= 2^53-1 is exact either way, and i128 -> f64 is
+        // a slow library call.
+        lb::Num::Int(v) if v.unsigned_abs() <= u128::from(MAX_SAFE) => {
+            i64::try_from(v).ok().map(|x| x as f64)
+        }
         lb::Num::Int(_) => None,
     }
 }

@@ -909,64 +909,6 @@ impl Heartbeat {
         raw::handle(env, &self.state)
     }
 
-    /// Internal (`fast.js`): `handleFailure`, the decision written into
-    /// `scratch` (false: read `lastDecision`).
-    #[napi(skip_typescript, js_name = "__fail", catch_unwind)]
-    pub fn fast_fail(
-        &self,
-        env: &Env,
-        attempt_id: Unknown<'_>,
-        failure: Unknown<'_>,
-        now: Unknown<'_>,
-        mut scratch: Uint8ArraySlice<'_>,
-    ) -> Result<bool> {
-        // SAFETY: as in `fast_poll`.
-        let scratch = unsafe { scratch.as_mut() };
-        run(env, || {
-            let id = conv::integer_u64(&attempt_id, "attemptId")?;
-            let failure = conv::transport_failure(&failure, "failure")?;
-            let now = conv::time_ns(&now, "now")?;
-            self.with(|hb| {
-                hb.handle_failure(id, failure, now)
-                    .map(|d| fast::write_decision(&d, scratch))
-                    .map_err(|e| Fail::core(&e))
-            })
-        })
-    }
-
-    /// Internal (`fast.js`): `cancel`, the decision written into `scratch`
-    /// (false: read `lastDecision`).
-    #[napi(skip_typescript, js_name = "__cancel", catch_unwind)]
-    pub fn fast_cancel(
-        &self,
-        env: &Env,
-        now: Unknown<'_>,
-        mut scratch: Uint8ArraySlice<'_>,
-    ) -> Result<bool> {
-        // SAFETY: as in `fast_poll`.
-        let scratch = unsafe { scratch.as_mut() };
-        run(env, || {
-            let now = conv::time_ns(&now, "now")?;
-            self.with(|hb| {
-                hb.cancel(now)
-                    .map(|d| fast::write_decision(&d, scratch))
-                    .map_err(|e| Fail::core(&e))
-            })
-        })
-    }
-
-    /// Internal (`fast.js`): the last decision written into `scratch`;
-    /// `null` before the first, false when `fast.js` must read
-    /// `lastDecision` instead.
-    #[napi(skip_typescript, js_name = "__last", catch_unwind)]
-    pub fn fast_last(&self, env: &Env, mut scratch: Uint8ArraySlice<'_>) -> Result<Option<bool>> {
-        // SAFETY: as in `fast_poll`.
-        let scratch = unsafe { scratch.as_mut() };
-        run(env, || {
-            self.with(|hb| Ok(hb.last_decision().map(|d| fast::write_decision(d, scratch))))
-        })
-    }
-
     /// When the next attempt is due, in nanoseconds, if one waits to be sent;
     /// `null` when stopped, in flight, or due at +infinity.
     #[napi(catch_unwind)]

@@ -223,15 +223,7 @@ unsafe extern "C" fn respond(env: sys::napi_env, info: sys::napi_callback_info) 
                     )
                 };
                 let id = conv::integer_u64(&attempt_id, "attemptId")?;
-                let what = "response";
-                let response = conv::response_parts(
-                    e,
-                    conv::present(status, what)?,
-                    conv::present(headers, what)?,
-                    conv::present(body, what)?,
-                    conv::present(timing, what)?,
-                    what,
-                )?;
+                let response = conv::response_args(e, status, headers, body, timing, "response")?;
                 let now = conv::time_ns(&now, "now")?;
                 with_state(state, |hb| {
                     hb.handle_response(id, response, now)
@@ -298,12 +290,99 @@ unsafe extern "C" fn sent(env: sys::napi_env, info: sys::napi_callback_info) -> 
     })
 }
 
+/// `__lbFail(handle, attemptId, failure, now, scratch)`: `handleFailure`;
+/// true when the decision was written into the scratch.
+unsafe extern "C" fn fail(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    guard(env, |e| {
+        // SAFETY: `env` and `info` are this callback's.
+        let [h, attempt_id, failure, now, s] = unsafe { args::<5>(env, info)? };
+        // SAFETY: the arguments of this callback.
+        let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
+        let written = thrown(
+            e,
+            (|| {
+                // SAFETY: values of this callback.
+                let (attempt_id, failure, now) = unsafe {
+                    (
+                        unknown(env, attempt_id),
+                        unknown(env, failure),
+                        unknown(env, now),
+                    )
+                };
+                let id = conv::integer_u64(&attempt_id, "attemptId")?;
+                let failure = conv::transport_failure(&failure, "failure")?;
+                let now = conv::time_ns(&now, "now")?;
+                with_state(state, |hb| {
+                    hb.handle_failure(id, failure, now)
+                        .map(|d| fast::write_decision(&d, scratch))
+                        .map_err(|err| Fail::core(&err))
+                })
+            })(),
+        )?;
+        boolean(e, written)
+    })
+}
+
+/// `__lbCancel(handle, now, scratch)`: `cancel`; true when the decision was
+/// written into the scratch.
+unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    guard(env, |e| {
+        // SAFETY: `env` and `info` are this callback's.
+        let [h, now, s] = unsafe { args::<3>(env, info)? };
+        // SAFETY: the arguments of this callback.
+        let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
+        let written = thrown(
+            e,
+            (|| {
+                // SAFETY: a value of this callback.
+                let now = conv::time_ns(&unsafe { unknown(env, now) }, "now")?;
+                with_state(state, |hb| {
+                    hb.cancel(now)
+                        .map(|d| fast::write_decision(&d, scratch))
+                        .map_err(|err| Fail::core(&err))
+                })
+            })(),
+        )?;
+        boolean(e, written)
+    })
+}
+
+/// `__lbLast(handle, scratch)`: the last decision written into the scratch
+/// (true), or false when `fast.js` must build it the regular way, or `null`
+/// before the first decision.
+unsafe extern "C" fn last(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    guard(env, |e| {
+        // SAFETY: `env` and `info` are this callback's.
+        let [h, s] = unsafe { args::<2>(env, info)? };
+        // SAFETY: the arguments of this callback.
+        let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
+        let written = thrown(
+            e,
+            with_state(state, |hb| {
+                Ok(hb.last_decision().map(|d| fast::write_decision(d, scratch)))
+            }),
+        )?;
+        match written {
+            Some(w) => boolean(e, w),
+            None => {
+                let mut out = ptr::null_mut();
+                // SAFETY: a plain value creation.
+                check(unsafe { sys::napi_get_null(env, &mut out) })?;
+                Ok(out)
+            }
+        }
+    })
+}
+
 /// Puts the callbacks on the exports (`fast.js` takes them off again).
 pub fn install(env: &Env, exports: &mut Object<'_>) -> Result<()> {
-    let callbacks: [(&str, sys::napi_callback); 3] = [
+    let callbacks: [(&str, sys::napi_callback); 6] = [
         ("__lbRespond", Some(respond)),
         ("__lbPoll", Some(poll)),
         ("__lbSent", Some(sent)),
+        ("__lbFail", Some(fail)),
+        ("__lbCancel", Some(cancel)),
+        ("__lbLast", Some(last)),
     ];
     for (name, cb) in callbacks {
         let mut f = ptr::null_mut();
