@@ -45,9 +45,15 @@ function inFlight () {
   return hb
 }
 
-function batch () {
+function decided () {
+  const hb = inFlight()
+  hb.handleResponse(2, { status: 200, body: EXTEND_BYTES }, 38600)
+  return hb
+}
+
+function batch (make = inFlight) {
   const out = new Array(BATCH)
-  for (let i = 0; i < BATCH; i++) out[i] = inFlight()
+  for (let i = 0; i < BATCH; i++) out[i] = make()
   return out
 }
 
@@ -84,6 +90,14 @@ const cases = {
     }
     return performance.now() - t0
   },
+  // Set up with the decision already made: the new attempt's first poll.
+  'pollAction only (new attempt)': (hbs) => {
+    const t0 = performance.now()
+    for (let i = 0; i < hbs.length; i++) {
+      sink = hbs[i].pollAction()
+    }
+    return performance.now() - t0
+  },
   'JSON.parse (string body)': (hbs) => {
     const t0 = performance.now()
     for (let i = 0; i < hbs.length; i++) {
@@ -115,7 +129,7 @@ for (const [name, fn] of Object.entries(cases)) {
   if (only && !name.startsWith(only)) continue
   const per = []
   for (let r = 0; r < WARMUP + ROUNDS; r++) {
-    const hbs = name.startsWith('JSON') ? new Array(BATCH) : batch()
+    const hbs = name.startsWith('JSON') ? new Array(BATCH) : batch(name.startsWith('pollAction') ? decided : inFlight)
     // With --expose-gc, a full collection outside the timed region: the
     // garbage of earlier rounds is collected and this batch is promoted to
     // the old generation, so that the young collections during the timed
