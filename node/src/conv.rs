@@ -597,8 +597,9 @@ fn member(what: &str, name: &'static str) -> Cow<'static, str> {
 
 /// A response from its properties as `handleResponse` passes them
 /// (`undefined` = absent): the usual shape, a valid numeric status with a
-/// Buffer/Uint8Array body and no headers or timing flag, is read with one
-/// Node-API call per property; anything else is read by [`response_parts`],
+/// Buffer/Uint8Array or string body and no headers or timing flag, is read
+/// with one or two Node-API calls per property; anything else is read by
+/// [`response_parts`],
 /// which checks in the same order with the same messages.
 pub fn response_args(
     env: &Env,
@@ -611,13 +612,21 @@ pub fn response_args(
     let status_u16 = try_number(&status)
         .and_then(|n| safe_u64(n, what).ok())
         .and_then(|n| u16::try_from(n).ok());
+    // Checked in the order of `response_parts`: status, headers, body, flag.
     if let Some(code) = status_u16 {
-        if let Ok(bytes) = read::<Uint8ArraySlice<'_>>(&body, what) {
-            if type_of(&headers_v, what)? == ValueType::Undefined
-                && type_of(&timing_unknown, what)? == ValueType::Undefined
-            {
+        if type_of(&headers_v, what)? == ValueType::Undefined
+            && type_of(&timing_unknown, what)? == ValueType::Undefined
+        {
+            let bytes = match type_of(&body, what)? {
+                ValueType::Object => read::<Uint8ArraySlice<'_>>(&body, what)
+                    .ok()
+                    .map(|b| b.to_vec()),
+                ValueType::String => Some(text(&body, &member(what, "body"))?.into_bytes()),
+                _ => None,
+            };
+            if let Some(bytes) = bytes {
                 let mut r = lb::Response::new(code);
-                r.body = bytes.to_vec();
+                r.body = bytes;
                 return Ok(r);
             }
         }
