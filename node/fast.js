@@ -162,6 +162,15 @@ function install () {
     }
   }
 
+  // A fresh Buffer holding the body bytes the last __lbPoll wrote, allocated
+  // as Buffer.allocUnsafe does (small ones from Node's pool; faster than
+  // Buffer.from of a view), then filled.
+  function bodyBuffer (len) {
+    const b = Buffer.allocUnsafe(len)
+    b.set(bytes.subarray(BYTES, BYTES + len))
+    return b
+  }
+
   // The attempt the last __poll wrote; `text` is its key and body text when
   // new to this heartbeat's cache.
   function attempt (c, text) {
@@ -181,7 +190,7 @@ function install () {
       key: c.key,
       keyIndex: f64[39],
       keyUse: KEY_USE[f64[40]],
-      body: Buffer.from(bytes.subarray(BYTES, BYTES + f64[42])),
+      body: bodyBuffer(f64[42]),
       bodyText: c.text,
       sentNs: flags & SENT_NS_SET ? u64[43] : null,
       zeroWindowRetry: (flags & ZERO_WINDOW) !== 0

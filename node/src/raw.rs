@@ -171,10 +171,18 @@ fn undefined(env: &Env) -> Result<sys::napi_value> {
 
 fn text_or_null(env: &Env, s: Option<String>) -> Result<sys::napi_value> {
     let mut out = ptr::null_mut();
-    // SAFETY: plain value creations; the string's bytes are valid UTF-8 of
-    // the given length.
+    // SAFETY: plain value creations; the string's bytes are valid UTF-8 (and
+    // Latin-1 when ASCII) of the given length.
     check(unsafe {
         match &s {
+            // ASCII (keys and bodies almost always are) is Latin-1 too,
+            // which V8 copies without decoding.
+            Some(s) if s.is_ascii() => sys::napi_create_string_latin1(
+                env.raw(),
+                s.as_ptr().cast(),
+                s.len() as isize,
+                &mut out,
+            ),
             Some(s) => sys::napi_create_string_utf8(
                 env.raw(),
                 s.as_ptr().cast(),
