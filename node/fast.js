@@ -52,6 +52,7 @@ function install () {
     return f
   }
   const respond = takeRaw('__lbRespond')
+  const respondBody = takeRaw('__lbRespondBody')
   const poll = takeRaw('__lbPoll')
   const sent = takeRaw('__lbSent')
   const fail = takeRaw('__lbFail')
@@ -211,8 +212,15 @@ function install () {
         // Anything but a plain object of known properties goes the regular
         // way, which refuses it with the documented error.
         if (!isPlainResponse(response)) return slow.handleResponse.call(this, attemptId, response, now)
-        const written = respond(handleOf(this).h, attemptId, response.status, response.headers, response.body,
-          response.timingUnknown, now, bytes)
+        // Each property read once, in the order the addon reads them.
+        const status = response.status
+        const headers = response.headers
+        const body = response.body
+        const timingUnknown = response.timingUnknown
+        const h = handleOf(this).h
+        const written = headers === undefined && timingUnknown === undefined
+          ? respondBody(h, attemptId, status, body, now, bytes)
+          : respond(h, attemptId, status, headers, body, timingUnknown, now, bytes)
         return decision(this, written)
       }
     },

@@ -609,27 +609,10 @@ pub fn response_args(
     timing_unknown: Unknown<'_>,
     what: &str,
 ) -> R<lb::Response> {
-    let status_u16 = try_number(&status)
-        .and_then(|n| safe_u64(n, what).ok())
-        .and_then(|n| u16::try_from(n).ok());
-    // Checked in the order of `response_parts`: status, headers, body, flag.
-    if let Some(code) = status_u16 {
-        if type_of(&headers_v, what)? == ValueType::Undefined
-            && type_of(&timing_unknown, what)? == ValueType::Undefined
-        {
-            let bytes = match type_of(&body, what)? {
-                ValueType::Object => read::<Uint8ArraySlice<'_>>(&body, what)
-                    .ok()
-                    .map(|b| b.to_vec()),
-                ValueType::String => Some(text(&body, &member(what, "body"))?.into_bytes()),
-                _ => None,
-            };
-            if let Some(bytes) = bytes {
-                let mut r = lb::Response::new(code);
-                r.body = bytes;
-                return Ok(r);
-            }
-        }
+    if type_of(&headers_v, what)? == ValueType::Undefined
+        && type_of(&timing_unknown, what)? == ValueType::Undefined
+    {
+        return response_status_body(env, status, body, what);
     }
     response_parts(
         env,
@@ -637,6 +620,42 @@ pub fn response_args(
         present(headers_v, what)?,
         present(body, what)?,
         present(timing_unknown, what)?,
+        what,
+    )
+}
+
+/// As [`response_args`] for a response without `headers` and
+/// `timingUnknown` (both `undefined`).
+pub fn response_status_body(
+    env: &Env,
+    status: Unknown<'_>,
+    body: Unknown<'_>,
+    what: &str,
+) -> R<lb::Response> {
+    // Checked in the order of `response_parts`: status, then body.
+    let code = try_number(&status)
+        .and_then(|n| safe_u64(n, what).ok())
+        .and_then(|n| u16::try_from(n).ok());
+    if let Some(code) = code {
+        let bytes = match type_of(&body, what)? {
+            ValueType::Object => read::<Uint8ArraySlice<'_>>(&body, what)
+                .ok()
+                .map(|b| b.to_vec()),
+            ValueType::String => Some(text(&body, &member(what, "body"))?.into_bytes()),
+            _ => None,
+        };
+        if let Some(bytes) = bytes {
+            let mut r = lb::Response::new(code);
+            r.body = bytes;
+            return Ok(r);
+        }
+    }
+    response_parts(
+        env,
+        present(status, what)?,
+        None,
+        present(body, what)?,
+        None,
         what,
     )
 }

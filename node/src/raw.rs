@@ -244,6 +244,43 @@ unsafe extern "C" fn respond(env: sys::napi_env, info: sys::napi_callback_info) 
     })
 }
 
+/// `__lbRespondBody(handle, attemptId, status, body, now, scratch)`:
+/// `handleResponse` of a response without `headers` and `timingUnknown`.
+unsafe extern "C" fn respond_body(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    guard(env, |e| {
+        // SAFETY: `env` and `info` are this callback's.
+        let [h, attempt_id, status, body, now, s] = unsafe { args::<6>(env, info)? };
+        // SAFETY: the arguments of this callback (see `shared`, `scratch`).
+        let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
+        let written = thrown(
+            e,
+            (|| {
+                // SAFETY: values of this callback.
+                let (attempt_id, status, body, now) = unsafe {
+                    (
+                        unknown(env, attempt_id),
+                        unknown(env, status),
+                        unknown(env, body),
+                        unknown(env, now),
+                    )
+                };
+                let id = conv::integer_u64(&attempt_id, "attemptId")?;
+                let response = conv::response_status_body(e, status, body, "response")?;
+                let now = conv::time_ns(&now, "now")?;
+                with_state(state, |hb| {
+                    hb.handle_response(id, response, now)
+                        .map(|d| fast::write_decision(&d, scratch))
+                        .map_err(|err| Fail::core(&err))
+                })
+            })(),
+        )?;
+        boolean(e, written)
+    })
+}
+
 /// `__lbPoll(handle, scratch, knownId, attemptOnly)`: as the hidden
 /// `__poll` method.
 unsafe extern "C" fn poll(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
@@ -384,8 +421,9 @@ unsafe extern "C" fn last(env: sys::napi_env, info: sys::napi_callback_info) -> 
 
 /// Puts the callbacks on the exports (`fast.js` takes them off again).
 pub fn install(env: &Env, exports: &mut Object<'_>) -> Result<()> {
-    let callbacks: [(&str, sys::napi_callback); 6] = [
+    let callbacks: [(&str, sys::napi_callback); 7] = [
         ("__lbRespond", Some(respond)),
+        ("__lbRespondBody", Some(respond_body)),
         ("__lbPoll", Some(poll)),
         ("__lbSent", Some(sent)),
         ("__lbFail", Some(fail)),
