@@ -64,6 +64,7 @@ function install () {
     pollAction: proto.pollAction,
     lastDecision: Object.getOwnPropertyDescriptor(proto, 'lastDecision').get,
     attempt: Object.getOwnPropertyDescriptor(proto, 'attempt').get,
+    close: proto.close,
     reservationId: Object.getOwnPropertyDescriptor(proto, 'reservationId').get
   }
 
@@ -92,12 +93,21 @@ function install () {
     if (c === undefined) {
       c = frozen.get(hb)
       if (c === undefined) {
-        c = { h: undefined, rid: null, id: -1, key: '', text: '' }
+        c = { h: undefined, rid: null, id: -1, key: '', text: '', epoch: -1 }
         if (Object.isExtensible(hb)) Object.defineProperty(hb, CACHE, { value: c })
         else frozen.set(hb, c)
       }
     }
     return c
+  }
+
+  // The action slots of the scratch hold the action pollAction() returns
+  // for the heartbeat whose cache has `epoch === epoch`: handleResponse
+  // writes it with the decision, and every other write of those slots bumps
+  // `epoch`. Every call that changes a heartbeat's state resets its `epoch`.
+  let epoch = 0
+  function changed (hb) {
+    cacheOf(hb).epoch = -1
   }
 
   // The external through which the raw callbacks reach this heartbeat's
@@ -172,19 +182,20 @@ function install () {
     return b
   }
 
-  // The attempt the last __poll wrote; `text` is its key and body text when
-  // new to this heartbeat's cache.
-  function attempt (c, text) {
-    const id = f64[35]
-    if (text !== null) {
-      const n = f64[41]
-      c.id = id
-      c.key = text.slice(0, n)
-      c.text = text.slice(n)
-    }
+  // Takes the key and body text of the attempt in the action slots, which
+  // the addon returned because its id is new to this heartbeat's cache.
+  function absorb (c, text) {
+    const n = f64[41]
+    c.id = f64[35]
+    c.key = text.slice(0, n)
+    c.text = text.slice(n)
+  }
+
+  // The attempt in the action slots (its key and text are in the cache).
+  function attempt (c) {
     const flags = f64[32]
     return {
-      id,
+      id: f64[35],
       kind: KINDS[f64[36]],
       dueMs: f64[37],
       dueNs: flags & DUE_NS_SET ? u64[38] : null,
@@ -211,42 +222,57 @@ function install () {
       value: function handleResponse (attemptId, response, now) {
         // Anything but a plain object of known properties goes the regular
         // way, which refuses it with the documented error.
-        if (!isPlainResponse(response)) return slow.handleResponse.call(this, attemptId, response, now)
+        if (!isPlainResponse(response)) {
+          changed(this)
+          return slow.handleResponse.call(this, attemptId, response, now)
+        }
         // Each property read once, in the order the addon reads them.
         const status = response.status
         const headers = response.headers
         const body = response.body
         const timingUnknown = response.timingUnknown
-        const h = handleOf(this).h
-        const written = headers === undefined && timingUnknown === undefined
-          ? respondBody(h, attemptId, status, body, now, bytes)
-          : respond(h, attemptId, status, headers, body, timingUnknown, now, bytes)
-        return decision(this, written)
+        const c = handleOf(this)
+        const text = headers === undefined && timingUnknown === undefined
+          ? respondBody(c.h, attemptId, status, body, now, bytes, c.id)
+          : respond(c.h, attemptId, status, headers, body, timingUnknown, now, bytes, c.id)
+        c.epoch = ++epoch
+        if (text !== null) absorb(c, text)
+        return decision(this, (f64[0] & SLOW) === 0)
       }
     },
     handleSent: {
       value: function handleSent (attemptId, now) {
-        sent(handleOf(this).h, attemptId, now)
+        const c = handleOf(this)
+        c.epoch = -1
+        sent(c.h, attemptId, now)
       }
     },
     handleFailure: {
       value: function handleFailure (attemptId, failure, now) {
-        return decision(this, fail(handleOf(this).h, attemptId, failure, now, bytes))
+        const c = handleOf(this)
+        c.epoch = -1
+        return decision(this, fail(c.h, attemptId, failure, now, bytes))
       }
     },
     cancel: {
       value: function cancel (now) {
-        return decision(this, cancelFast(handleOf(this).h, now, bytes))
+        const c = handleOf(this)
+        c.epoch = -1
+        return decision(this, cancelFast(c.h, now, bytes))
       }
     },
     pollAction: {
       value: function pollAction () {
         const c = handleOf(this)
-        const text = poll(c.h, bytes, c.id, false)
+        if (c.epoch !== epoch) {
+          const text = poll(c.h, bytes, c.id, false)
+          c.epoch = ++epoch
+          if (text !== null) absorb(c, text)
+        }
         if (f64[32] & SLOW) return slow.pollAction.call(this)
         const type = f64[33]
         if (type === 2) return { type: 'stop', reason: REASONS[f64[34]] }
-        return { type: type === 0 ? 'send' : 'await', attempt: attempt(c, text) }
+        return { type: type === 0 ? 'send' : 'await', attempt: attempt(c) }
       }
     },
     lastDecision: {
@@ -259,8 +285,17 @@ function install () {
       get: function () {
         const c = handleOf(this)
         const text = poll(c.h, bytes, c.id, true)
+        epoch++ // the slots now hold the attempt, not the action
         if (f64[32] & SLOW) return slow.attempt.call(this)
-        return f64[33] === 3 ? null : attempt(c, text)
+        if (f64[33] === 3) return null
+        if (text !== null) absorb(c, text)
+        return attempt(c)
+      }
+    },
+    close: {
+      value: function close () {
+        changed(this)
+        return slow.close.call(this)
       }
     }
   })

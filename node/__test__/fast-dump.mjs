@@ -106,4 +106,36 @@ frozen.handleResponse(1, { status: 200, body: CREATE, timingUnknown: true }, 5)
 frozen.pollAction()
 frozen.lastDecision
 
+// Interleaved heartbeats: the action written with one heartbeat's decision
+// must never be served to another, nor after a state change or close().
+const EXTEND = '{"status":"ACTIVE","expires_at_ms":1785585720000,"remaining_ttl_ms":60000}'
+const pair = ['p', 'q'].map((k) => {
+  const x = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: k })
+  x.handleSent(1, 0)
+  return x
+})
+pair[0].handleResponse(1, { status: 200, body: CREATE }, 1500)
+pair[1].handleResponse(1, { status: 200, body: CREATE }, 1600)
+pair[0].pollAction()
+pair[1].pollAction()
+pair[0].pollAction()
+pair[0].handleSent(2, 38500)
+pair[0].pollAction()
+pair[1].attempt
+pair[1].pollAction()
+pair[0].handleResponse(2, { status: 200, body: EXTEND }, 38600)
+pair[1].handleSent(2, 38600)
+pair[0].pollAction()
+pair[1].pollAction()
+tryIt(() => pair[0].handleResponse(3, { status: 200, body: EXTEND }, 38700)) // not sent yet: throws
+pair[0].pollAction()
+pair[1].handleResponse(2, { status: 200, headers: [['x', 'y']], body: EXTEND }, 38700)
+pair[1].close()
+tryIt(() => pair[1].pollAction())
+pair[0].handleSent(3, 76000)
+pair[0].handleResponse(3, Object.assign(Object.create(null), { status: 200, body: EXTEND }), 76100)
+pair[0].pollAction()
+pair[0].cancel(76200)
+pair[0].pollAction()
+
 process.stdout.write(out.join('\n') + '\n')

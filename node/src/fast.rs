@@ -338,3 +338,21 @@ pub fn mark_slow(scratch: &mut [u8]) -> Option<String> {
     }
     None
 }
+
+/// After a decision by `handleResponse`: writes the decision and the action
+/// `pollAction()` now returns (the slow flags say when either must be read
+/// the regular way) and returns the text as [`write_action`] does. The
+/// caller always asks for the next action, so this saves it a call.
+pub fn write_decided(
+    hb: &lb::Heartbeat,
+    d: &lb::Decision,
+    known_id: f64,
+    scratch: &mut [u8],
+) -> Option<String> {
+    if !write_decision(d, scratch) && scratch.len() >= BYTES {
+        let mut s = Slots(scratch);
+        s.code(D_FLAGS, F_SLOW);
+    }
+    write_action(&Polled::action(hb.poll_action()), known_id, scratch)
+        .unwrap_or_else(|()| mark_slow(scratch))
+}

@@ -207,16 +207,25 @@ fn thrown<T>(env: &Env, r: R<T>) -> Result<T> {
 }
 
 /// `__lbRespond(handle, attemptId, status, headers, body, timingUnknown,
-/// now, scratch)`: `handleResponse` with the response's properties as
-/// arguments; true when the decision was written into the scratch.
+/// now, scratch, knownId)`: `handleResponse` with the response's properties
+/// as arguments. Writes the decision and the action `pollAction()` returns
+/// next into the scratch (see `fast::write_decided`) and returns the
+/// action's key and body text as `__lbPoll` does.
 unsafe extern "C" fn respond(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     guard(env, |e| {
         // SAFETY: `env` and `info` are this callback's.
-        let [h, attempt_id, status, headers, body, timing, now, s] =
-            unsafe { args::<8>(env, info)? };
-        // SAFETY: the arguments of this callback (see `shared`, `scratch`).
-        let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
-        let written = thrown(
+        let [h, attempt_id, status, headers, body, timing, now, s, known] =
+            unsafe { args::<9>(env, info)? };
+        // SAFETY: the arguments of this callback (see `shared`, `scratch`);
+        // fast.js passes a number as `known`.
+        let (state, scratch, known) = unsafe {
+            (
+                shared(env, h)?,
+                scratch(env, s)?,
+                f64::from_napi_value(env, known)?,
+            )
+        };
+        let text = thrown(
             e,
             (|| {
                 // SAFETY: values of this callback.
@@ -234,28 +243,37 @@ unsafe extern "C" fn respond(env: sys::napi_env, info: sys::napi_callback_info) 
                 let response = conv::response_args(e, status, headers, body, timing, "response")?;
                 let now = conv::time_ns(&now, "now")?;
                 with_state(state, |hb| {
-                    hb.handle_response(id, response, now)
-                        .map(|d| fast::write_decision(&d, scratch))
-                        .map_err(|err| Fail::core(&err))
+                    let d = hb
+                        .handle_response(id, response, now)
+                        .map_err(|err| Fail::core(&err))?;
+                    Ok(fast::write_decided(hb, &d, known, scratch))
                 })
             })(),
         )?;
-        boolean(e, written)
+        text_or_null(e, text)
     })
 }
 
-/// `__lbRespondBody(handle, attemptId, status, body, now, scratch)`:
-/// `handleResponse` of a response without `headers` and `timingUnknown`.
+/// `__lbRespondBody(handle, attemptId, status, body, now, scratch,
+/// knownId)`: `__lbRespond` for a response without `headers` and
+/// `timingUnknown`.
 unsafe extern "C" fn respond_body(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
     guard(env, |e| {
         // SAFETY: `env` and `info` are this callback's.
-        let [h, attempt_id, status, body, now, s] = unsafe { args::<6>(env, info)? };
-        // SAFETY: the arguments of this callback (see `shared`, `scratch`).
-        let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
-        let written = thrown(
+        let [h, attempt_id, status, body, now, s, known] = unsafe { args::<7>(env, info)? };
+        // SAFETY: the arguments of this callback (see `shared`, `scratch`);
+        // fast.js passes a number as `known`.
+        let (state, scratch, known) = unsafe {
+            (
+                shared(env, h)?,
+                scratch(env, s)?,
+                f64::from_napi_value(env, known)?,
+            )
+        };
+        let text = thrown(
             e,
             (|| {
                 // SAFETY: values of this callback.
@@ -271,13 +289,14 @@ unsafe extern "C" fn respond_body(
                 let response = conv::response_status_body(e, status, body, "response")?;
                 let now = conv::time_ns(&now, "now")?;
                 with_state(state, |hb| {
-                    hb.handle_response(id, response, now)
-                        .map(|d| fast::write_decision(&d, scratch))
-                        .map_err(|err| Fail::core(&err))
+                    let d = hb
+                        .handle_response(id, response, now)
+                        .map_err(|err| Fail::core(&err))?;
+                    Ok(fast::write_decided(hb, &d, known, scratch))
                 })
             })(),
         )?;
-        boolean(e, written)
+        text_or_null(e, text)
     })
 }
 
