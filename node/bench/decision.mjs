@@ -93,8 +93,9 @@ const cases = {
     }
     return performance.now() - t0
   },
-  // Set up with the decision already made: the new attempt's first poll.
-  'pollAction only (new attempt)': (hbs) => {
+  // Set up with the decision already made: the poll that follows it (served
+  // from what handleResponse wrote, no native call), a new attempt each.
+  'pollAction right after the decision': (hbs) => {
     const t0 = performance.now()
     for (let i = 0; i < hbs.length; i++) {
       sink = hbs[i].pollAction()
