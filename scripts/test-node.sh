@@ -41,7 +41,7 @@ server_bin="$target/release/leasebeat"
 echo "==> packing the package"
 stage="$work/stage"
 mkdir -p "$stage"
-cp node/package.json node/index.js node/index.mjs node/index.d.ts node/main.js node/main.d.ts node/runner.js node/runner.d.ts node/README.md "$stage/"
+cp node/package.json node/index.js node/index.mjs node/index.d.ts node/main.js node/main.d.ts node/runner.js node/runner.d.ts node/fast.js node/README.md "$stage/"
 cp "$work"/gen/leasebeat.*.node "$stage/"
 (cd "$stage" && npm pack --silent --pack-destination "$work" >/dev/null)
 tarball="$(ls "$work"/leasebeat-*.tgz)"

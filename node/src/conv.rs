@@ -5,6 +5,8 @@
 //! `RangeError`, both with code `ERR_LEASEBEAT_INVALID_ARGUMENT` and a message
 //! naming the argument. Nothing is coerced silently.
 
+use std::borrow::Cow;
+
 use leasebeat as lb;
 use napi::bindgen_prelude::*;
 use napi::{JsString, JsValue, ValueType};
@@ -70,6 +72,18 @@ fn text(v: &Unknown<'_>, what: &str) -> R<String> {
             "{what} holds a lone surrogate (an unpaired UTF-16 code unit): it is not valid Unicode text"
         ))
     })
+}
+
+/// The value of a number with one Node-API call; `None` for anything else
+/// (which the caller then reads the general way).
+fn try_number(v: &Unknown<'_>) -> Option<f64> {
+    let raw = v.value();
+    let mut n = 0.0;
+    // SAFETY: `napi_get_value_double` checks the type itself and fails
+    // (without throwing, and here without building an error) for a
+    // non-number.
+    let status = unsafe { napi::sys::napi_get_value_double(raw.env, raw.value, &mut n) };
+    (status == napi::sys::Status::napi_ok).then_some(n)
 }
 
 /// A number as `f64` (type already checked).
@@ -155,6 +169,9 @@ pub fn ms_to_ns(ms: f64, what: &str) -> R<u64> {
 /// `performance.now()`), or nanoseconds as a bigint (e.g.
 /// `process.hrtime.bigint()`).
 pub fn time_ns(v: &Unknown<'_>, what: &str) -> R<u64> {
+    if let Some(ms) = try_number(v) {
+        return ms_to_ns(ms, what);
+    }
     match type_of(v, what)? {
         ValueType::Number => ms_to_ns(number(v, what)?, what),
         ValueType::BigInt => bigint_u64(v, what),
@@ -167,6 +184,10 @@ pub fn time_ns(v: &Unknown<'_>, what: &str) -> R<u64> {
 
 /// A non-negative integer: a safe-integer number or a bigint up to 2^64-1.
 pub fn integer_u64(v: &Unknown<'_>, what: &str) -> R<u64> {
+    // The usual case first, with one Node-API call instead of two.
+    if let Some(n) = try_number(v) {
+        return safe_u64(n, what);
+    }
     match type_of(v, what)? {
         ValueType::Number => safe_u64(number(v, what)?, what),
         ValueType::BigInt => bigint_u64(v, what),
@@ -393,12 +414,20 @@ pub fn json(v: &Unknown<'_>, what: &str, depth: usize) -> R<Value> {
 /// Bytes of a body: a string (UTF-8), a `Buffer`/`Uint8Array`, or an
 /// `ArrayBuffer`.
 fn body_bytes(v: &Unknown<'_>, what: &str) -> R<Vec<u8>> {
-    let t = type_of(v, what)?;
+    body_bytes_of(v, type_of(v, what)?, what)
+}
+
+/// As [`body_bytes`], for a value of type `t`.
+fn body_bytes_of(v: &Unknown<'_>, t: ValueType, what: &str) -> R<Vec<u8>> {
     let err = |e: Error| napi_fail(what, &e);
     if t == ValueType::String {
         return Ok(text(v, what)?.into_bytes());
     }
     if t == ValueType::Object {
+        // The usual case first, with one Node-API call: a Buffer or Uint8Array.
+        if let Ok(bytes) = read::<Uint8ArraySlice<'_>>(v, what) {
+            return Ok(bytes.to_vec());
+        }
         if v.is_typedarray().map_err(err)? {
             let ta = read::<TypedArray<'_>>(v, what)?;
             if ta.typed_array_type != TypedArrayType::Uint8 {
@@ -544,29 +573,131 @@ fn headers(env: &Env, v: &Unknown<'_>, what: &str) -> R<Vec<(Vec<u8>, Vec<u8>)>>
 pub fn response(env: &Env, v: &Unknown<'_>, what: &str) -> R<lb::Response> {
     let o = object(v, what)?;
     only_keys(&o, what, &["status", "headers", "body", "timingUnknown"])?;
-    let status_v =
-        prop(&o, "status", what)?.ok_or_else(|| Fail::ty(format!("{what}.status is required")))?;
-    let status = integer_u64(&status_v, &format!("{what}.status"))?;
+    response_parts(
+        env,
+        prop(&o, "status", what)?,
+        prop(&o, "headers", what)?,
+        prop(&o, "body", what)?,
+        prop(&o, "timingUnknown", what)?,
+        what,
+    )
+}
+
+/// The name of a member of a response for messages: static for the
+/// per-beat `response`, so that no name is formatted unless it is needed.
+fn member(what: &str, name: &'static str) -> Cow<'static, str> {
+    match (what, name) {
+        ("response", "status") => Cow::Borrowed("response.status"),
+        ("response", "headers") => Cow::Borrowed("response.headers"),
+        ("response", "body") => Cow::Borrowed("response.body"),
+        ("response", "timingUnknown") => Cow::Borrowed("response.timingUnknown"),
+        _ => Cow::Owned(format!("{what}.{name}")),
+    }
+}
+
+/// A response from its properties as `handleResponse` passes them
+/// (`undefined` = absent): the usual shape, a valid numeric status with a
+/// Buffer/Uint8Array or string body and no headers or timing flag, is read
+/// with one or two Node-API calls per property; anything else is read by
+/// [`response_parts`],
+/// which checks in the same order with the same messages.
+pub fn response_args(
+    env: &Env,
+    status: Unknown<'_>,
+    headers_v: Unknown<'_>,
+    body: Unknown<'_>,
+    timing_unknown: Unknown<'_>,
+    what: &str,
+) -> R<lb::Response> {
+    if type_of(&headers_v, what)? == ValueType::Undefined
+        && type_of(&timing_unknown, what)? == ValueType::Undefined
+    {
+        return response_status_body(env, status, body, what);
+    }
+    response_parts(
+        env,
+        present(status, what)?,
+        present(headers_v, what)?,
+        present(body, what)?,
+        present(timing_unknown, what)?,
+        what,
+    )
+}
+
+/// As [`response_args`] for a response without `headers` and
+/// `timingUnknown` (both `undefined`).
+pub fn response_status_body(
+    env: &Env,
+    status: Unknown<'_>,
+    body: Unknown<'_>,
+    what: &str,
+) -> R<lb::Response> {
+    // Checked in the order of `response_parts`: status, then body.
+    let code = try_number(&status)
+        .and_then(|n| safe_u64(n, what).ok())
+        .and_then(|n| u16::try_from(n).ok());
+    if let Some(code) = code {
+        let bytes = match type_of(&body, what)? {
+            ValueType::Object => read::<Uint8ArraySlice<'_>>(&body, what)
+                .ok()
+                .map(|b| b.to_vec()),
+            ValueType::String => Some(text(&body, &member(what, "body"))?.into_bytes()),
+            _ => None,
+        };
+        if let Some(bytes) = bytes {
+            let mut r = lb::Response::new(code);
+            r.body = bytes;
+            return Ok(r);
+        }
+    }
+    response_parts(
+        env,
+        present(status, what)?,
+        None,
+        present(body, what)?,
+        None,
+        what,
+    )
+}
+
+/// `Some` unless the value is `undefined` (an absent property).
+pub fn present<'e>(v: Unknown<'e>, what: &str) -> R<Option<Unknown<'e>>> {
+    Ok((type_of(&v, what)? != ValueType::Undefined).then_some(v))
+}
+
+/// A response from its properties (`None` = absent or `undefined`), read and
+/// checked in the order `response` reads them, with the same messages.
+pub fn response_parts(
+    env: &Env,
+    status: Option<Unknown<'_>>,
+    headers_v: Option<Unknown<'_>>,
+    body: Option<Unknown<'_>>,
+    timing_unknown: Option<Unknown<'_>>,
+    what: &str,
+) -> R<lb::Response> {
+    let status_v = status.ok_or_else(|| Fail::ty(format!("{what}.status is required")))?;
+    let status = integer_u64(&status_v, &member(what, "status"))?;
     let status = u16::try_from(status).map_err(|_| {
         Fail::range(format!(
             "{what}.status must be an HTTP status within 100..=999, got {status}"
         ))
     })?;
     let mut r = lb::Response::new(status);
-    if let Some(h) = prop(&o, "headers", what)? {
+    if let Some(h) = headers_v {
         if type_of(&h, what)? != ValueType::Null {
-            r.headers = headers(env, &h, &format!("{what}.headers"))?;
+            r.headers = headers(env, &h, &member(what, "headers"))?;
         }
     }
-    if let Some(b) = prop(&o, "body", what)? {
-        if type_of(&b, what)? != ValueType::Null {
-            r.body = body_bytes(&b, &format!("{what}.body"))?;
+    if let Some(b) = body {
+        let t = type_of(&b, what)?;
+        if t != ValueType::Null {
+            r.body = body_bytes_of(&b, t, &member(what, "body"))?;
         }
     }
-    if let Some(t) = prop(&o, "timingUnknown", what)? {
+    if let Some(t) = timing_unknown {
         match type_of(&t, what)? {
             ValueType::Boolean => {
-                if read::<bool>(&t, &format!("{what}.timingUnknown"))? {
+                if read::<bool>(&t, &member(what, "timingUnknown"))? {
                     r.timing = lb::Timing::Unknown;
                 }
             }

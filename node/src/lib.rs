@@ -22,8 +22,10 @@
 
 mod conv;
 mod errors;
+mod fast;
+mod raw;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use leasebeat as lb;
 use napi::bindgen_prelude::*;
@@ -706,6 +708,31 @@ enum State {
     Closed,
 }
 
+/// Runs `f` on the open heartbeat behind `state`.
+fn with_state<T>(state: &Mutex<State>, f: impl FnOnce(&mut lb::Heartbeat) -> R<T>) -> R<T> {
+    let mut guard = state.lock().map_err(|_| {
+        Fail::new(
+            Class::Error,
+            ErrorCode::Poisoned,
+            "a previous call on this Heartbeat panicked; it can no longer be used",
+        )
+    })?;
+    match &mut *guard {
+        State::Open(hb) => f(hb),
+        State::Closed => Err(Fail::new(
+            Class::Error,
+            ErrorCode::Closed,
+            "this Heartbeat was closed",
+        )),
+    }
+}
+
+/// Puts the raw callbacks of `fast.js` on the exports.
+#[napi(module_exports)]
+pub fn module_init(mut exports: Object<'_>, env: Env) -> Result<()> {
+    raw::install(&env, &mut exports)
+}
+
 /// The heartbeat of one reservation: a sans-IO state machine.
 ///
 /// It starts with a create attempt (`new Heartbeat(options)`), or, for a
@@ -723,26 +750,12 @@ enum State {
 /// the whole heartbeat.
 #[napi]
 pub struct Heartbeat {
-    state: Mutex<State>,
+    state: Arc<raw::Shared>,
 }
 
 impl Heartbeat {
     fn with<T>(&self, f: impl FnOnce(&mut lb::Heartbeat) -> R<T>) -> R<T> {
-        let mut guard = self.state.lock().map_err(|_| {
-            Fail::new(
-                Class::Error,
-                ErrorCode::Poisoned,
-                "a previous call on this Heartbeat panicked; it can no longer be used",
-            )
-        })?;
-        match &mut *guard {
-            State::Open(hb) => f(hb),
-            State::Closed => Err(Fail::new(
-                Class::Error,
-                ErrorCode::Closed,
-                "this Heartbeat was closed",
-            )),
-        }
+        with_state(&self.state, f)
     }
 }
 
@@ -768,7 +781,7 @@ impl Heartbeat {
             }
             .map_err(|e| Fail::core(&e))?;
             Ok(Heartbeat {
-                state: Mutex::new(State::Open(Box::new(hb))),
+                state: Arc::new(Mutex::new(State::Open(Box::new(hb)))),
             })
         })
     }
@@ -808,7 +821,7 @@ impl Heartbeat {
             }
             .map_err(|e| Fail::core(&e))?;
             Ok(Heartbeat {
-                state: Mutex::new(State::Open(Box::new(hb))),
+                state: Arc::new(Mutex::new(State::Open(Box::new(hb)))),
             })
         })
     }
@@ -860,7 +873,7 @@ impl Heartbeat {
             .map_err(|e| Fail::core(&e))
         })?;
         let heartbeat = Heartbeat {
-            state: Mutex::new(State::Open(Box::new(hb))),
+            state: Arc::new(Mutex::new(State::Open(Box::new(hb)))),
         }
         .into_instance(env)?;
         let mut out = Object::new(env)?;
@@ -888,6 +901,12 @@ impl Heartbeat {
                 })
             })
         })
+    }
+
+    /// Internal (`fast.js`): the handle the raw callbacks take (see `raw.rs`).
+    #[napi(skip_typescript, js_name = "__handle", catch_unwind)]
+    pub fn fast_handle<'e>(&self, env: &'e Env) -> Result<Unknown<'e>> {
+        raw::handle(env, &self.state)
     }
 
     /// When the next attempt is due, in nanoseconds, if one waits to be sent;
