@@ -327,11 +327,8 @@ impl<'a> Reader<'a> {
                         _ => return self.err("expected ',' or '}'"),
                     }
                 }
-                let mut seen = HashSet::with_capacity(members.len());
-                for (k, _) in &members {
-                    if !seen.insert(k.as_ref()) {
-                        return Err(format!("duplicated member name {k:?}"));
-                    }
+                if let Some(k) = duplicated(&members) {
+                    return Err(format!("duplicated member name {k:?}"));
                 }
                 Ok(J::Obj(members))
             }
@@ -363,6 +360,119 @@ impl<'a> Reader<'a> {
             _ => self.err("expected a value"),
         }
     }
+}
+
+/// A member name that occurs twice, if any. Small objects (every
+/// schema-valid one) compare pairwise without allocating; larger ones use a
+/// hash set, so the check stays linear.
+fn duplicated<'m>(members: &'m [(Cow<'_, str>, J<'_>)]) -> Option<&'m str> {
+    if members.len() <= 16 {
+        for (i, (k, _)) in members.iter().enumerate() {
+            if members[..i].iter().any(|(p, _)| p == k) {
+                return Some(k);
+            }
+        }
+        return None;
+    }
+    let mut seen = HashSet::with_capacity(members.len());
+    members
+        .iter()
+        .map(|(k, _)| k.as_ref())
+        .find(|k| !seen.insert(*k))
+}
+
+/// The fast path for the common extend success body: an object holding
+/// only `"status":"ACTIVE"`, `expires_at_ms` and optionally
+/// `remaining_ttl_ms`, each once, integers as plain digit literals of at most
+/// 18 digits (no `-`, no leading zero, no fraction or exponent), no escapes,
+/// JSON whitespace anywhere it may occur. Returns `(expires_at_ms,
+/// remaining_ttl_ms)` exactly when the body is such a text, and `None`
+/// otherwise, in which case the caller runs the full strict reader (which
+/// then decides valid or invalid and why). Every body this accepts, the
+/// strict path accepts with the same numbers: the grammar here is a strict
+/// subset (ASCII only, so UTF-8 holds; known names only, so no unknown
+/// property; a bit per name, so no duplicate; no null).
+pub(crate) fn extend_fast(b: &[u8]) -> Option<(u64, Option<u64>)> {
+    fn ws(b: &[u8], mut i: usize) -> usize {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
+            i += 1;
+        }
+        i
+    }
+    // A plain non-negative integer literal of 1..=18 digits (below 2^63).
+    fn int(b: &[u8], mut i: usize) -> Option<(u64, usize)> {
+        let start = i;
+        let mut v: u64 = 0;
+        while let Some(&d @ b'0'..=b'9') = b.get(i) {
+            v = v * 10 + u64::from(d - b'0');
+            i += 1;
+            if i - start > 18 {
+                return None;
+            }
+        }
+        let n = i - start;
+        if n == 0 || (n > 1 && b[start] == b'0') {
+            return None;
+        }
+        match b.get(i) {
+            Some(b'.' | b'e' | b'E') => None,
+            _ => Some((v, i)),
+        }
+    }
+    let mut i = ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    let (mut status, mut expires, mut remaining) = (false, None, None);
+    loop {
+        i = ws(b, i);
+        let rest = b.get(i..)?;
+        let (which, len) = if rest.starts_with(b"\"status\"") {
+            (0, 8)
+        } else if rest.starts_with(b"\"expires_at_ms\"") {
+            (1, 15)
+        } else if rest.starts_with(b"\"remaining_ttl_ms\"") {
+            (2, 18)
+        } else {
+            return None;
+        };
+        i = ws(b, i + len);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i = ws(b, i + 1);
+        match which {
+            0 if !status && b.get(i..)?.starts_with(b"\"ACTIVE\"") => {
+                status = true;
+                i += 8;
+            }
+            1 if expires.is_none() => {
+                let (v, j) = int(b, i)?;
+                expires = Some(v);
+                i = j;
+            }
+            2 if remaining.is_none() => {
+                let (v, j) = int(b, i)?;
+                remaining = Some(v);
+                i = j;
+            }
+            _ => return None,
+        }
+        i = ws(b, i);
+        match b.get(i) {
+            Some(b',') => i += 1,
+            Some(b'}') => {
+                i += 1;
+                break;
+            }
+            _ => return None,
+        }
+    }
+    if ws(b, i) != b.len() || !status {
+        return None;
+    }
+    Some((expires?, remaining))
 }
 
 #[derive(Default)]
