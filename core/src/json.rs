@@ -400,24 +400,19 @@ pub(crate) fn extend_fast(b: &[u8]) -> Option<(u64, Option<u64>)> {
         i
     }
     // A plain non-negative integer literal of 1..=18 digits (below 2^63).
-    fn int(b: &[u8], mut i: usize) -> Option<(u64, usize)> {
-        let start = i;
-        let mut v: u64 = 0;
-        while let Some(&d @ b'0'..=b'9') = b.get(i) {
-            v = v * 10 + u64::from(d - b'0');
-            i += 1;
-            if i - start > 18 {
-                return None;
-            }
-        }
-        let n = i - start;
-        if n == 0 || (n > 1 && b[start] == b'0') {
+    fn int(b: &[u8], i: usize) -> Option<(u64, usize)> {
+        let rest = b.get(i..)?;
+        let n = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 || n > 18 || (n > 1 && rest[0] == b'0') {
             return None;
         }
-        match b.get(i) {
-            Some(b'.' | b'e' | b'E') => None,
-            _ => Some((v, i)),
+        if let Some(b'.' | b'e' | b'E') = rest.get(n) {
+            return None;
         }
+        let v = rest[..n]
+            .iter()
+            .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+        Some((v, i + n))
     }
     let mut i = ws(b, 0);
     if b.get(i) != Some(&b'{') {
@@ -428,14 +423,11 @@ pub(crate) fn extend_fast(b: &[u8]) -> Option<(u64, Option<u64>)> {
     loop {
         i = ws(b, i);
         let rest = b.get(i..)?;
-        let (which, len) = if rest.starts_with(b"\"status\"") {
-            (0, 8)
-        } else if rest.starts_with(b"\"expires_at_ms\"") {
-            (1, 15)
-        } else if rest.starts_with(b"\"remaining_ttl_ms\"") {
-            (2, 18)
-        } else {
-            return None;
+        let (which, len): (u8, usize) = match rest.get(1) {
+            Some(b's') if rest.starts_with(b"\"status\"") => (0, 8),
+            Some(b'e') if rest.starts_with(b"\"expires_at_ms\"") => (1, 15),
+            Some(b'r') if rest.starts_with(b"\"remaining_ttl_ms\"") => (2, 18),
+            _ => return None,
         };
         i = ws(b, i + len);
         if b.get(i) != Some(&b':') {
