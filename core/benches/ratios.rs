@@ -111,6 +111,17 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(20_000);
+    // BENCH_ONLY=floor|primary|beat runs one operation n times (for a
+    // profiler or callgrind) and prints nothing else.
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        match only.as_str() {
+            "floor" => floor(n),
+            "primary" => primary(&mut Lease::new(seq), n),
+            "beat" => beat(&mut Lease::new(uuid), n),
+            other => panic!("BENCH_ONLY={other}: floor, primary or beat"),
+        }
+        return;
+    }
     let mut seq_lease = Lease::new(seq);
     let mut uuid_lease = Lease::new(uuid);
     // Warm up.

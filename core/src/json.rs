@@ -400,19 +400,42 @@ pub(crate) fn extend_fast(b: &[u8]) -> Option<(u64, Option<u64>)> {
         i
     }
     // A plain non-negative integer literal of 1..=18 digits (below 2^63).
+    #[inline]
     fn int(b: &[u8], i: usize) -> Option<(u64, usize)> {
         let rest = b.get(i..)?;
-        let n = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+        let (mut v, mut n) = (0u64, 0usize);
+        for &c in rest.iter().take(19) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            v = v * 10 + u64::from(d);
+            n += 1;
+        }
         if n == 0 || n > 18 || (n > 1 && rest[0] == b'0') {
             return None;
         }
         if let Some(b'.' | b'e' | b'E') = rest.get(n) {
             return None;
         }
-        let v = rest[..n]
-            .iter()
-            .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
         Some((v, i + n))
+    }
+    // The exact text servers write: `{"status":"ACTIVE","expires_at_ms":E}`
+    // or `{"status":"ACTIVE","expires_at_ms":E,"remaining_ttl_ms":R}`.
+    if let Some(rest) = b.strip_prefix(br#"{"status":"ACTIVE","expires_at_ms":"#.as_slice()) {
+        if let Some((e, j)) = int(rest, 0) {
+            let tail = &rest[j..];
+            if tail == b"}" {
+                return Some((e, None));
+            }
+            if let Some(r) = tail.strip_prefix(br#","remaining_ttl_ms":"#.as_slice()) {
+                if let Some((v, k)) = int(r, 0) {
+                    if &r[k..] == b"}" {
+                        return Some((e, Some(v)));
+                    }
+                }
+            }
+        }
     }
     let mut i = ws(b, 0);
     if b.get(i) != Some(&b'{') {
