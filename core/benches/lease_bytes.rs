@@ -48,9 +48,11 @@ fn live() -> isize {
 }
 
 /// Heap bytes of one lease after the create and `beats` extensions.
-fn lease_heap(beats: u32) -> (isize, isize) {
+/// (The configuration is made after the first reading: its create request
+/// counts as the lease's.)
+fn lease_heap(config: impl FnOnce() -> Config, beats: u32) -> (isize, isize) {
     let base = live();
-    let mut hb = Heartbeat::new(Config::new(60_000, Some(10_000))).expect("config");
+    let mut hb = Heartbeat::new(config()).expect("config");
     let id = hb.attempt().expect("create").id;
     hb.handle_sent(id, 0).expect("sent");
     drop(
@@ -78,7 +80,20 @@ fn main() {
     // Warm the per-thread generator (not per lease).
     let _ = UuidV4Keys.next_key();
     let size = std::mem::size_of::<Heartbeat>();
-    let (after_create, after) = lease_heap(1_000);
+    let (after_create, after) = lease_heap(|| Config::new(60_000, Some(10_000)), 1_000);
+    // The same with a 2.5 KB create request (the measurement had one).
+    let big = || {
+        let mut c = Config::new(60_000, Some(10_000));
+        c.create_request.insert(
+            "subject".into(),
+            serde_json::json!({"tenant": "acme", "pad": "x".repeat(2_500)}),
+        );
+        c
+    };
+    let (big_create, big_after) = lease_heap(big, 1_000);
+    println!(
+        "with a 2.5 KB create_request: heap {big_create} after the create, {big_after} after 1,000 beats (size_of {size})"
+    );
     let total = size as isize + after;
     println!(
         "lease bytes: size_of::<Heartbeat>() {size} + heap {after} after create and 1,000 beats = {total} (heap after the create alone: {after_create}; size_of::<leasebeat::Decision>() {})",
