@@ -99,6 +99,35 @@ macro_rules! numbers {
                     .filter_map(|(n, v)| v.map(|v| (n, v)))
             }
 
+            /// The inverse of `to_array`.
+            pub(crate) fn from_array(a: [Option<Num>; Self::NAMES.len()]) -> Numbers {
+                let [$($name),*] = a;
+                Numbers { $($name),* }
+            }
+
+            /// Two bits per slot (0 absent, 1 -inf, 2 finite, 3 +inf) and
+            /// the finite values as `i64`; `None` if one does not fit.
+            pub(crate) fn pack(&self) -> Option<(u32, [i64; Self::NAMES.len()])> {
+                let mut tags = 0u32;
+                let mut values = [0i64; Self::NAMES.len()];
+                let mut i = 0;
+                $(
+                    let tag = match self.$name {
+                        None => 0,
+                        Some(Num::NegInf) => 1,
+                        Some(Num::Int(v)) => {
+                            values[i] = i64::try_from(v).ok()?;
+                            2
+                        }
+                        Some(Num::Inf) => 3,
+                    };
+                    tags |= tag << (2 * i);
+                    i += 1;
+                )*
+                let _ = i;
+                Some((tags, values))
+            }
+
             /// The number called `name`, if it applies.
             pub fn get(&self, name: &str) -> Option<Num> {
                 match name {
@@ -570,5 +599,150 @@ pub(crate) fn ns_to_ms_marked(at_ns: Option<u64>) -> Value {
             marked(text.trim_end_matches('0').to_owned())
         }
         other => ns_to_ms_json(other),
+    }
+}
+
+/// A recorded decision in a compact form (about 250 bytes instead of the
+/// `Decision`'s 600): numbers that fit `i64` are kept as such, with two tag
+/// bits each; a decision with a wider number keeps its `Numbers` boxed. The
+/// reservation id is the heartbeat's own (it never changes once a decision
+/// carried it), so only whether it was present is kept.
+#[derive(Clone, Debug)]
+pub(crate) struct StoredDecision {
+    has_reservation_id: bool,
+    next: Next,
+    at_ns: Option<u64>,
+    key: Option<KeyUse>,
+    key_index: Option<u32>,
+    mode: Option<Mode>,
+    numbers: StoredNumbers,
+    warnings: Box<[Warning]>,
+    outcome: OutcomeClass,
+    detail: Option<String>,
+    proven_until_ns: Option<u64>,
+    expires_at_ms: Option<u64>,
+    remaining_ttl_ms: Option<u64>,
+}
+
+const SLOTS: usize = Numbers::NAMES.len();
+
+#[derive(Clone, Debug)]
+enum StoredNumbers {
+    /// Two bits per slot (0 absent, 1 -inf, 2 finite, 3 +inf), finite values as i64.
+    Narrow {
+        tags: u32,
+        values: [i64; SLOTS],
+    },
+    Wide(Box<Numbers>),
+}
+
+impl StoredNumbers {
+    fn of(n: &Numbers) -> StoredNumbers {
+        match n.pack() {
+            Some((tags, values)) => StoredNumbers::Narrow { tags, values },
+            None => StoredNumbers::Wide(Box::new(*n)),
+        }
+    }
+
+    fn get(&self) -> Numbers {
+        match self {
+            StoredNumbers::Wide(n) => **n,
+            StoredNumbers::Narrow { tags, values } => {
+                let mut a = [None; SLOTS];
+                for (i, slot) in a.iter_mut().enumerate() {
+                    *slot = match (tags >> (2 * i)) & 3 {
+                        0 => None,
+                        1 => Some(Num::NegInf),
+                        2 => Some(Num::Int(i128::from(values[i]))),
+                        _ => Some(Num::Inf),
+                    };
+                }
+                Numbers::from_array(a)
+            }
+        }
+    }
+}
+
+impl StoredDecision {
+    pub(crate) fn of(d: &Decision) -> StoredDecision {
+        StoredDecision {
+            has_reservation_id: d.reservation_id.is_some(),
+            next: d.next,
+            at_ns: d.at_ns,
+            key: d.key,
+            key_index: d.key_index,
+            mode: d.mode,
+            numbers: StoredNumbers::of(&d.numbers),
+            warnings: d.warnings.as_slice().into(),
+            outcome: d.outcome,
+            detail: d.detail.clone(),
+            proven_until_ns: d.proven_until_ns,
+            expires_at_ms: d.expires_at_ms,
+            remaining_ttl_ms: d.remaining_ttl_ms,
+        }
+    }
+
+    /// Sets the deciding success's instants.
+    pub(crate) fn set_instants(
+        &mut self,
+        expires_at_ms: Option<u64>,
+        remaining_ttl_ms: Option<u64>,
+    ) {
+        self.expires_at_ms = expires_at_ms;
+        self.remaining_ttl_ms = remaining_ttl_ms;
+    }
+
+    /// The decision again, with the heartbeat's reservation id.
+    pub(crate) fn to_decision(&self, reservation_id: Option<&str>) -> Decision {
+        Decision {
+            reservation_id: reservation_id
+                .filter(|_| self.has_reservation_id)
+                .map(str::to_owned),
+            next: self.next,
+            at_ns: self.at_ns,
+            key: self.key,
+            key_index: self.key_index,
+            mode: self.mode,
+            numbers: self.numbers.get(),
+            warnings: self.warnings.to_vec(),
+            outcome: self.outcome,
+            detail: self.detail.clone(),
+            proven_until_ns: self.proven_until_ns,
+            expires_at_ms: self.expires_at_ms,
+            remaining_ttl_ms: self.remaining_ttl_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod stored_tests {
+    use super::*;
+
+    #[test]
+    fn numbers_round_trip_narrow_and_wide() {
+        let narrow = Numbers {
+            rtt: Some(Num::Int(5)),
+            retry_window: Some(Num::NegInf),
+            attempt_budget: Some(Num::Inf),
+            lead_min: Some(Num::Int(-7)),
+            skips: Some(Num::Int(i128::from(i64::MAX))),
+            ..Numbers::default()
+        };
+        assert!(matches!(
+            StoredNumbers::of(&narrow),
+            StoredNumbers::Narrow { .. }
+        ));
+        assert_eq!(StoredNumbers::of(&narrow).get(), narrow);
+        let wide = Numbers {
+            retry_window: Some(Num::Int(-9_999_999_999_999_999_999_999)),
+            grant: Some(Num::Int(1)),
+            ..Numbers::default()
+        };
+        assert!(matches!(StoredNumbers::of(&wide), StoredNumbers::Wide(_)));
+        assert_eq!(StoredNumbers::of(&wide).get(), wide);
+        assert_eq!(
+            StoredNumbers::of(&Numbers::default()).get(),
+            Numbers::default()
+        );
     }
 }

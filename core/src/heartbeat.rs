@@ -1,13 +1,15 @@
 //! The per-reservation state machine.
 
-use std::collections::HashSet;
+use std::cell::OnceCell;
+use std::collections::VecDeque;
 use std::fmt;
 
 use serde_json::{Map, Value};
 
 use crate::arith::{self, RetryAfterError};
 use crate::decision::{
-    AttemptKind, Decision, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, StopReason, Warning,
+    AttemptKind, Decision, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, StopReason,
+    StoredDecision, Warning,
 };
 use crate::error::{Error, ErrorKind};
 use crate::keys::{KeySource, UuidV4Keys};
@@ -27,6 +29,15 @@ pub const MAX_KEY_CHARS: usize = 256;
 pub const MAX_DETAIL_BYTES: usize = 1024;
 /// What a cut [`Decision::detail`] ends with.
 pub const DETAIL_CUT_MARKER: &str = " [detail cut]";
+/// How many keys a heartbeat remembers from a key source that does not say
+/// its keys are unique by construction (a custom source): the most recent
+/// ones, so that memory stays bounded over a long lease. A new key equal to
+/// one of them (or to an adopted create's key, always remembered) is
+/// refused; an older repeat is not detected.
+pub const MAX_REMEMBERED_KEYS: usize = 64;
+
+/// Reused key and body buffers larger than this are dropped, not kept.
+const MAX_SPARE_BYTES: usize = 512;
 
 /// How a heartbeat is configured.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,7 +51,8 @@ pub struct Config {
     pub request_timeout_ms: Option<u64>,
     /// Further members of the create request body (`subject`, `action`,
     /// `estimate`, ...). The core adds `idempotency_key` and `ttl_ms` itself,
-    /// so this map must not contain either.
+    /// so this map must not contain either. A heartbeat drops it once its
+    /// create succeeded (see [`Heartbeat::config`]).
     pub create_request: Map<String, Value>,
 }
 
@@ -337,7 +349,13 @@ enum Class {
 pub struct Heartbeat {
     config: Config,
     keys: Box<dyn KeySource>,
-    used_keys: HashSet<String>,
+    /// The most recent keys of a source not unique by construction, at most
+    /// [`MAX_REMEMBERED_KEYS`].
+    used_keys: VecDeque<String>,
+    /// An adopted create's key: remembered for the lease's life.
+    adopted_key: Option<String>,
+    /// The previous attempt's key buffer, reused for the next key.
+    spare_key: String,
     key_index: u32,
     next_attempt_id: u64,
     last_event_ns: u64,
@@ -350,7 +368,10 @@ pub struct Heartbeat {
     last_failure: Option<FailureMark>,
     zero_streak: u8,
     grants: GrantBook,
-    last_decision: Option<Decision>,
+    /// The most recent decision, compact; `last_full` is it as a
+    /// [`Decision`], built when [`Heartbeat::last_decision`] asks.
+    last: Option<StoredDecision>,
+    last_full: OnceCell<Box<Decision>>,
 }
 
 impl fmt::Debug for Heartbeat {
@@ -395,7 +416,9 @@ impl Heartbeat {
         Ok(Heartbeat {
             config,
             keys,
-            used_keys: HashSet::new(),
+            used_keys: VecDeque::new(),
+            adopted_key: None,
+            spare_key: String::new(),
             key_index: 0,
             next_attempt_id: 1,
             last_event_ns: 0,
@@ -408,7 +431,8 @@ impl Heartbeat {
             last_failure: None,
             zero_streak: 0,
             grants: GrantBook::default(),
-            last_decision: None,
+            last: None,
+            last_full: OnceCell::new(),
         })
     }
 
@@ -502,7 +526,7 @@ impl Heartbeat {
         };
         let sent = sent_ns.unwrap_or(received_ns);
         // The caller chose this key: remember it, so no key source reuses it.
-        hb.used_keys.insert(key.clone());
+        hb.adopted_key = Some(key.clone());
         hb.install_attempt(
             AttemptKind::Create,
             Some(sent),
@@ -569,14 +593,16 @@ impl Heartbeat {
             .take()
             .map(|a| a.key)
             .expect("a new heartbeat has an attempt");
-        let body = hb.extend_body(&key);
+        let body = hb.extend_body(&key, false);
         hb.install_attempt(AttemptKind::Extend, Some(0), key, KeyUse::New, body, false);
         Ok(hb)
     }
 
     // ----- getters -----
 
-    /// The configuration.
+    /// The configuration. Once the create succeeded, its `create_request`
+    /// is empty: the request is never sent again, so the lease does not keep
+    /// it (a create request can be kilobytes).
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -604,7 +630,11 @@ impl Heartbeat {
 
     /// The most recent decision.
     pub fn last_decision(&self) -> Option<&Decision> {
-        self.last_decision.as_ref()
+        let last = self.last.as_ref()?;
+        let full = self
+            .last_full
+            .get_or_init(|| Box::new(last.to_decision(self.reservation_id.as_deref())));
+        Some(full)
     }
 
     /// The outstanding attempt (to send, or in flight), unless stopped.
@@ -777,9 +807,11 @@ impl Heartbeat {
 
     /// A new key, validated but not yet recorded as used.
     fn fresh_key(&mut self) -> Result<String, Error> {
-        let key = self.keys.next_key();
-        let chars = key.chars().count();
-        if chars == 0 || chars > MAX_KEY_CHARS {
+        let mut key = std::mem::take(&mut self.spare_key);
+        self.keys.write_key(&mut key);
+        // At most MAX_KEY_CHARS bytes is at most that many characters.
+        if key.is_empty() || (key.len() > MAX_KEY_CHARS && key.chars().count() > MAX_KEY_CHARS) {
+            let chars = key.chars().count();
             return Err(Error::new(
                 ErrorKind::InvalidKey,
                 format!(
@@ -787,7 +819,7 @@ impl Heartbeat {
                 ),
             ));
         }
-        if self.used_keys.contains(&key) {
+        if self.adopted_key.as_ref() == Some(&key) || self.used_keys.contains(&key) {
             return Err(Error::new(
                 ErrorKind::InvalidKey,
                 format!("the key source returned {key:?}, which this lease already used"),
@@ -803,11 +835,42 @@ impl Heartbeat {
         serde_json::to_vec(&body).expect("a JSON map always serializes")
     }
 
-    fn extend_body(&self, key: &str) -> Vec<u8> {
-        let mut body = Map::new();
-        body.insert("idempotency_key".into(), Value::from(key));
-        body.insert("extend_by_ms".into(), Value::from(self.config.ttl_ms));
-        serde_json::to_vec(&body).expect("a JSON map always serializes")
+    /// `{"extend_by_ms":N,"idempotency_key":"..."}` (members in
+    /// lexicographic order). With `reuse`, written into the finished
+    /// attempt's body buffer.
+    fn extend_body(&mut self, key: &str, reuse: bool) -> Vec<u8> {
+        let mut body = match self.attempt.as_mut() {
+            Some(a) if reuse && a.body.capacity() <= MAX_SPARE_BYTES => std::mem::take(&mut a.body),
+            _ => Vec::new(),
+        };
+        body.clear();
+        let mut ttl = itoa::Buffer::new();
+        let ttl = ttl.format(self.config.ttl_ms).as_bytes();
+        body.reserve(16 + ttl.len() + 19 + key.len() + 3);
+        body.extend_from_slice(b"{\"extend_by_ms\":");
+        body.extend_from_slice(ttl);
+        body.extend_from_slice(b",\"idempotency_key\":");
+        // (No short circuit: the check vectorizes.)
+        let plain = !key.bytes().fold(false, |bad, b| {
+            bad | (b < 0x20) | (b == b'"') | (b == b'\\')
+        });
+        if plain {
+            // Nothing to escape: exactly what serde_json writes.
+            body.push(b'"');
+            body.extend_from_slice(key.as_bytes());
+            body.push(b'"');
+        } else {
+            serde_json::to_writer(&mut body, key).expect("a string always serializes");
+        }
+        body.push(b'}');
+        body
+    }
+
+    /// Keeps a finished attempt's key buffer for the next key.
+    fn recycle(&mut self, old: Attempt) {
+        if old.key.capacity() <= MAX_SPARE_BYTES {
+            self.spare_key = old.key;
+        }
     }
 
     fn install_attempt(
@@ -824,11 +887,17 @@ impl Heartbeat {
             // Keys unique by construction need no memory: the set stays
             // bounded over a long lease (see `KeySource::unique_by_construction`).
             if !self.keys.unique_by_construction() {
-                self.used_keys.insert(key.clone());
+                if self.used_keys.len() >= MAX_REMEMBERED_KEYS {
+                    self.used_keys.pop_front();
+                }
+                self.used_keys.push_back(key.clone());
             }
         }
         let id = self.next_attempt_id;
         self.next_attempt_id = self.next_attempt_id.saturating_add(1);
+        if let Some(old) = self.attempt.take() {
+            self.recycle(old);
+        }
         self.attempt.insert(Attempt {
             id,
             kind,
@@ -865,12 +934,13 @@ impl Heartbeat {
         (key_index, kind)
     }
 
-    fn record(&mut self, mut d: Decision) -> Decision {
+    #[inline]
+    fn record(&mut self, d: &mut Decision) {
         if let Some(text) = d.detail.as_mut() {
             cap_detail(text);
         }
-        self.last_decision = Some(d.clone());
-        d
+        self.last = Some(StoredDecision::of(d));
+        self.last_full = OnceCell::new();
     }
 
     fn stop(
@@ -884,7 +954,7 @@ impl Heartbeat {
         self.stopped = Some(reason);
         self.attempt = None;
         let proven_until_ns = self.proven_until_ns();
-        let d = Decision {
+        let mut d = Decision {
             reservation_id: self.reservation_id.clone(),
             next: Next::Stop(reason),
             at_ns: None,
@@ -899,10 +969,12 @@ impl Heartbeat {
             expires_at_ms: None,
             remaining_ttl_ms: None,
         };
-        self.record(d)
+        self.record(&mut d);
+        d
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn send_decision(
         &mut self,
         kind: AttemptKind,
@@ -916,7 +988,7 @@ impl Heartbeat {
         detail: Option<String>,
     ) -> Decision {
         let proven_until_ns = self.proven_until_ns();
-        let d = Decision {
+        let mut d = Decision {
             reservation_id: self.reservation_id.clone(),
             next: Next::Send(kind),
             at_ns: due_ns,
@@ -931,7 +1003,8 @@ impl Heartbeat {
             expires_at_ms: None,
             remaining_ttl_ms: None,
         };
-        self.record(d)
+        self.record(&mut d);
+        d
     }
 
     /// D-15: receipt of the last primary success plus its lead floor.
@@ -939,18 +1012,6 @@ impl Heartbeat {
         self.anchor
             .filter(|a| a.mode == Mode::Primary)
             .map(|a| arith::due_after(a.received_ns, a.lead_floor).unwrap_or(u64::MAX))
-    }
-
-    /// Adds the deciding success's instants to the decision just recorded.
-    fn with_instants(
-        &mut self,
-        mut d: Decision,
-        expires_at_ms: Option<u64>,
-        remaining_ttl_ms: Option<u64>,
-    ) -> Decision {
-        d.expires_at_ms = expires_at_ms;
-        d.remaining_ttl_ms = remaining_ttl_ms;
-        self.record(d)
     }
 
     // ----- create -----
@@ -990,6 +1051,9 @@ impl Heartbeat {
                     let key = self.fresh_key()?;
                     self.last_event_ns = now_ns;
                     self.reservation_id = body.reservation_id;
+                    // The create is done: its request (possibly kilobytes)
+                    // is never sent again, so it is not kept for the lease.
+                    self.config.create_request = Map::new();
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
                         sum_grants: 0,
@@ -1089,6 +1153,7 @@ impl Heartbeat {
 
     /// A schema-valid success observed at `now_ns`. `grant` is `None` for the
     /// create (which contributes 0) and the measured grant for an extension.
+    #[inline]
     fn on_success(
         &mut self,
         new_key: String,
@@ -1098,10 +1163,16 @@ impl Heartbeat {
         rtt: Option<u64>,
         now_ns: u64,
     ) -> Decision {
-        let d = self.on_success_inner(new_key, remaining, grant, rtt, now_ns);
-        self.with_instants(d, expires_at, remaining)
+        let mut d = self.on_success_inner(new_key, remaining, grant, rtt, now_ns);
+        d.expires_at_ms = expires_at;
+        d.remaining_ttl_ms = remaining;
+        if let Some(last) = self.last.as_mut() {
+            last.set_instants(expires_at, remaining);
+        }
+        d
     }
 
+    #[inline]
     fn on_success_inner(
         &mut self,
         new_key: String,
@@ -1191,8 +1262,8 @@ impl Heartbeat {
             );
         }
         let due = arith::due_after(now_ns, delay);
-        let body = self.extend_body(&new_key);
-        self.attempt = None;
+        // The success is certain here: the finished attempt's buffer is free.
+        let body = self.extend_body(&new_key, true);
         let key_index = self
             .install_attempt(AttemptKind::Extend, due, new_key, KeyUse::New, body, false)
             .key_index;
@@ -1226,6 +1297,7 @@ impl Heartbeat {
 
     // ----- extend outcomes -----
 
+    #[inline]
     fn on_extend_outcome(
         &mut self,
         class: Class,

@@ -327,11 +327,8 @@ impl<'a> Reader<'a> {
                         _ => return self.err("expected ',' or '}'"),
                     }
                 }
-                let mut seen = HashSet::with_capacity(members.len());
-                for (k, _) in &members {
-                    if !seen.insert(k.as_ref()) {
-                        return Err(format!("duplicated member name {k:?}"));
-                    }
+                if let Some(k) = duplicated(&members) {
+                    return Err(format!("duplicated member name {k:?}"));
                 }
                 Ok(J::Obj(members))
             }
@@ -363,6 +360,134 @@ impl<'a> Reader<'a> {
             _ => self.err("expected a value"),
         }
     }
+}
+
+/// A member name that occurs twice, if any. Small objects (every
+/// schema-valid one) compare pairwise without allocating; larger ones use a
+/// hash set, so the check stays linear.
+fn duplicated<'m>(members: &'m [(Cow<'_, str>, J<'_>)]) -> Option<&'m str> {
+    if members.len() <= 16 {
+        for (i, (k, _)) in members.iter().enumerate() {
+            if members[..i].iter().any(|(p, _)| p == k) {
+                return Some(k);
+            }
+        }
+        return None;
+    }
+    let mut seen = HashSet::with_capacity(members.len());
+    members
+        .iter()
+        .map(|(k, _)| k.as_ref())
+        .find(|k| !seen.insert(*k))
+}
+
+/// The fast path for the common extend success body: an object holding
+/// only `"status":"ACTIVE"`, `expires_at_ms` and optionally
+/// `remaining_ttl_ms`, each once, integers as plain digit literals of at most
+/// 18 digits (no `-`, no leading zero, no fraction or exponent), no escapes,
+/// JSON whitespace anywhere it may occur. Returns `(expires_at_ms,
+/// remaining_ttl_ms)` exactly when the body is such a text, and `None`
+/// otherwise, in which case the caller runs the full strict reader (which
+/// then decides valid or invalid and why). Every body this accepts, the
+/// strict path accepts with the same numbers: the grammar here is a strict
+/// subset (ASCII only, so UTF-8 holds; known names only, so no unknown
+/// property; a bit per name, so no duplicate; no null).
+pub(crate) fn extend_fast(b: &[u8]) -> Option<(u64, Option<u64>)> {
+    fn ws(b: &[u8], mut i: usize) -> usize {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
+            i += 1;
+        }
+        i
+    }
+    // A plain non-negative integer literal of 1..=18 digits (below 2^63).
+    #[inline]
+    fn int(b: &[u8], i: usize) -> Option<(u64, usize)> {
+        let rest = b.get(i..)?;
+        let (mut v, mut n) = (0u64, 0usize);
+        for &c in rest.iter().take(19) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            v = v * 10 + u64::from(d);
+            n += 1;
+        }
+        if n == 0 || n > 18 || (n > 1 && rest[0] == b'0') {
+            return None;
+        }
+        if let Some(b'.' | b'e' | b'E') = rest.get(n) {
+            return None;
+        }
+        Some((v, i + n))
+    }
+    // The exact text servers write: `{"status":"ACTIVE","expires_at_ms":E}`
+    // or `{"status":"ACTIVE","expires_at_ms":E,"remaining_ttl_ms":R}`.
+    if let Some(rest) = b.strip_prefix(br#"{"status":"ACTIVE","expires_at_ms":"#.as_slice()) {
+        if let Some((e, j)) = int(rest, 0) {
+            let tail = &rest[j..];
+            if tail == b"}" {
+                return Some((e, None));
+            }
+            if let Some(r) = tail.strip_prefix(br#","remaining_ttl_ms":"#.as_slice()) {
+                if let Some((v, k)) = int(r, 0) {
+                    if &r[k..] == b"}" {
+                        return Some((e, Some(v)));
+                    }
+                }
+            }
+        }
+    }
+    let mut i = ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    let (mut status, mut expires, mut remaining) = (false, None, None);
+    loop {
+        i = ws(b, i);
+        let rest = b.get(i..)?;
+        let (which, len): (u8, usize) = match rest.get(1) {
+            Some(b's') if rest.starts_with(b"\"status\"") => (0, 8),
+            Some(b'e') if rest.starts_with(b"\"expires_at_ms\"") => (1, 15),
+            Some(b'r') if rest.starts_with(b"\"remaining_ttl_ms\"") => (2, 18),
+            _ => return None,
+        };
+        i = ws(b, i + len);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i = ws(b, i + 1);
+        match which {
+            0 if !status && b.get(i..)?.starts_with(b"\"ACTIVE\"") => {
+                status = true;
+                i += 8;
+            }
+            1 if expires.is_none() => {
+                let (v, j) = int(b, i)?;
+                expires = Some(v);
+                i = j;
+            }
+            2 if remaining.is_none() => {
+                let (v, j) = int(b, i)?;
+                remaining = Some(v);
+                i = j;
+            }
+            _ => return None,
+        }
+        i = ws(b, i);
+        match b.get(i) {
+            Some(b',') => i += 1,
+            Some(b'}') => {
+                i += 1;
+                break;
+            }
+            _ => return None,
+        }
+    }
+    if ws(b, i) != b.len() || !status {
+        return None;
+    }
+    Some((expires?, remaining))
 }
 
 #[derive(Default)]

@@ -8,6 +8,14 @@ pub trait KeySource: Send {
     /// A key never returned before. It must be 1..=256 characters.
     fn next_key(&mut self) -> String;
 
+    /// Writes a new key into `out`, replacing its contents (the heartbeat
+    /// reuses one buffer instead of allocating a string per key). The
+    /// default stores [`KeySource::next_key`]'s string; the crate's sources
+    /// write in place. Same contract as `next_key`.
+    fn write_key(&mut self, out: &mut String) {
+        *out = self.next_key();
+    }
+
     /// Whether every key this source has returned is unique by
     /// construction (no two equal). The heartbeat then does not remember
     /// them, so that the set of used keys
@@ -20,14 +28,44 @@ pub trait KeySource: Send {
 }
 
 /// Random UUIDv4 keys (D-12), e.g. `"3f2b8c1e-..."`.
+///
+/// The 122 random bits come from `rand`'s `ThreadRng`: a ChaCha12 stream
+/// cipher generator per thread, seeded from the operating system and reseeded
+/// from it regularly (a cryptographically secure generator, without a system
+/// call per key). It is not reseeded by a `fork()` on its own: a process
+/// that forks and makes keys in the child should call
+/// [`UuidV4Keys::reseed_after_fork`] in the child first.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UuidV4Keys;
 
+impl UuidV4Keys {
+    /// The length of every key, `8-4-4-4-12` hexadecimal digits.
+    pub const LEN: usize = 36;
+
+    /// Reseeds this thread's generator from the operating system: call it in
+    /// a child process right after `fork()` (e.g. from Python's
+    /// `os.register_at_fork(after_in_child=...)`), so that parent and child
+    /// never draw the same keys. Returns `false` if the operating system's
+    /// generator failed (the old state is then kept).
+    pub fn reseed_after_fork() -> bool {
+        rand::rng().reseed().is_ok()
+    }
+}
+
 impl KeySource for UuidV4Keys {
     fn next_key(&mut self) -> String {
-        uuid::Uuid::new_v4().to_string()
+        let mut s = String::with_capacity(UuidV4Keys::LEN);
+        self.write_key(&mut s);
+        s
     }
-    /// 122 random bits from the operating system's generator: a repeat
+    fn write_key(&mut self, out: &mut String) {
+        let bits: u128 = rand::random();
+        let id = uuid::Builder::from_random_bytes(bits.to_le_bytes()).into_uuid();
+        let mut buf = [0u8; UuidV4Keys::LEN];
+        out.clear();
+        out.push_str(id.hyphenated().encode_lower(&mut buf));
+    }
+    /// 122 random bits from a cryptographically secure generator: a repeat
     /// within one lease has probability below 2^-60 even after 2^30 keys.
     fn unique_by_construction(&self) -> bool {
         true
@@ -59,9 +97,15 @@ impl fmt::Debug for SequentialKeys {
 
 impl KeySource for SequentialKeys {
     fn next_key(&mut self) -> String {
-        let key = format!("{}{}", self.prefix, self.next);
+        let mut s = String::new();
+        self.write_key(&mut s);
+        s
+    }
+    fn write_key(&mut self, out: &mut String) {
+        out.clear();
+        out.push_str(&self.prefix);
+        out.push_str(itoa::Buffer::new().format(self.next));
         self.next = self.next.saturating_add(1);
-        key
     }
     /// A counter: unique until it nears `u64::MAX` (where the last value
     /// would repeat; from then on keys are remembered and a repeat refused).
@@ -73,5 +117,37 @@ impl KeySource for SequentialKeys {
 impl<F: FnMut() -> String + Send> KeySource for F {
     fn next_key(&mut self) -> String {
         self()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_keys_are_v4_and_distinct() {
+        let mut k = UuidV4Keys;
+        let a = k.next_key();
+        let mut b = String::from("old contents");
+        k.write_key(&mut b);
+        for key in [&a, &b] {
+            let u = uuid::Uuid::parse_str(key).expect("a UUID");
+            assert_eq!(u.get_version_num(), 4);
+            assert_eq!(u.get_variant(), uuid::Variant::RFC4122);
+            assert_eq!(key.len(), UuidV4Keys::LEN);
+            assert_eq!(key, &key.to_lowercase());
+        }
+        assert_ne!(a, b);
+        assert!(UuidV4Keys::reseed_after_fork());
+        assert_ne!(k.next_key(), a);
+    }
+
+    #[test]
+    fn sequential_keys_write_in_place() {
+        let mut k = SequentialKeys::new("p-");
+        let mut s = String::from("xyz");
+        k.write_key(&mut s);
+        assert_eq!(s, "p-1");
+        assert_eq!(k.next_key(), "p-2");
     }
 }

@@ -77,7 +77,7 @@ pub use decision::{
 pub use error::{Error, ErrorKind};
 pub use heartbeat::{
     Action, AdoptedCreate, Attempt, Config, CreateOutcome, DEFAULT_TTL_MS, DETAIL_CUT_MARKER,
-    Heartbeat, MAX_DETAIL_BYTES, MAX_KEY_CHARS, MAX_TTL_MS, MIN_TTL_MS, Response, Timing,
-    TransportFailure, permanent_reason,
+    Heartbeat, MAX_DETAIL_BYTES, MAX_KEY_CHARS, MAX_REMEMBERED_KEYS, MAX_TTL_MS, MIN_TTL_MS,
+    Response, Timing, TransportFailure, permanent_reason,
 };
 pub use keys::{KeySource, SequentialKeys, UuidV4Keys};

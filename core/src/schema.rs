@@ -341,6 +341,19 @@ pub struct ExtendBody {
 /// integer `expires_at_ms` in int64 range, optional integer `remaining_ttl_ms`,
 /// optional `balances`, nothing else, no nulls.
 pub fn extend_response(body: &[u8]) -> Result<ExtendBody, Invalid> {
+    // The common body, read without building anything (a strict subset of
+    // what the full check below accepts, with the same numbers).
+    if let Some((expires_at_ms, remaining_ttl_ms)) = json::extend_fast(body) {
+        return Ok(ExtendBody {
+            expires_at_ms,
+            remaining_ttl_ms,
+        });
+    }
+    extend_response_strict(body)
+}
+
+/// [`extend_response`] without its fast path: the full strict reader.
+fn extend_response_strict(body: &[u8]) -> Result<ExtendBody, Invalid> {
     let v = json::parse(body, SUCCESS_DEPTH).map_err(|e| format!("body is not valid JSON: {e}"))?;
     let what = "ReservationExtendResponse";
     let o = object(&v, what)?;
@@ -416,6 +429,53 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn the_fast_path_agrees_with_the_strict_reader() {
+        let bases: &[&[u8]] = &[
+            br#"{"status":"ACTIVE","expires_at_ms":1785585720000,"remaining_ttl_ms":60000}"#,
+            br#" { "remaining_ttl_ms" : 0 , "expires_at_ms" :5,"status":"ACTIVE"}
+"#,
+            br#"{"status":"ACTIVE","expires_at_ms":999999999999999999}"#,
+            br#"{"status":"ACTIVE","expires_at_ms":9223372036854775807}"#,
+            br#"{"status":"ACTIVE","expires_at_ms":-0,"remaining_ttl_ms":01}"#,
+            br#"{"status":"ACTIVE","expires_at_ms":5,"balances":[]}"#,
+        ];
+        let mut fast = 0;
+        for base in bases {
+            // The body itself, every prefix, and every one-byte change to a
+            // byte that matters to the grammar.
+            let mut bodies = vec![base.to_vec()];
+            for n in 0..base.len() {
+                bodies.push(base[..n].to_vec());
+                for b in [
+                    b'"', b'0', b'9', b'-', b'.', b'e', b',', b'}', b' ', b'\\', b'x', 0xc3,
+                ] {
+                    let mut m = base.to_vec();
+                    m[n] = b;
+                    bodies.push(m);
+                }
+            }
+            for body in bodies {
+                let strict = extend_response_strict(&body);
+                if let Some((e, r)) = json::extend_fast(&body) {
+                    fast += 1;
+                    let want = ExtendBody {
+                        expires_at_ms: e,
+                        remaining_ttl_ms: r,
+                    };
+                    assert_eq!(strict, Ok(want), "{}", String::from_utf8_lossy(&body));
+                }
+                assert_eq!(
+                    extend_response(&body).ok(),
+                    strict.ok(),
+                    "{}",
+                    String::from_utf8_lossy(&body)
+                );
+            }
+        }
+        assert!(fast > 100, "the fast path took {fast} bodies");
     }
 
     #[test]

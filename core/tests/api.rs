@@ -433,3 +433,128 @@ fn keys_unique_by_construction_are_not_remembered() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidKey);
 }
+
+/// Extends `hb` `n` times (each beat sent when due, answered 100 ms later).
+fn beat(hb: &mut Heartbeat, n: u32) {
+    for _ in 0..n {
+        let (id, due) = match hb.poll_action() {
+            Action::Send(a) => (a.id, a.due_ns.unwrap()),
+            other => panic!("unexpected {other:?}"),
+        };
+        hb.handle_sent(id, due).unwrap();
+        let ok = br#"{"status":"ACTIVE","expires_at_ms":5000,"remaining_ttl_ms":60000}"#;
+        hb.handle_response(id, Response::new(200).body(&ok[..]), due + 100 * MS)
+            .unwrap();
+    }
+}
+
+#[test]
+fn used_keys_of_a_custom_source_stay_bounded_over_a_long_lease() {
+    // A custom source (a closure) does not say its keys are unique: the
+    // heartbeat remembers its most recent MAX_REMEMBERED_KEYS keys, no more.
+    let mut n = 0u64;
+    let mut hb = Heartbeat::with_key_source(
+        Config::new(60_000, Some(10_000)),
+        Box::new(move || {
+            n += 1;
+            format!("custom-{n}")
+        }),
+    )
+    .unwrap();
+    let id = hb.attempt().unwrap().id;
+    hb.handle_sent(id, 0).unwrap();
+    hb.handle_response(id, create_ok(61_500), 1_500 * MS)
+        .unwrap();
+    beat(&mut hb, 5_000);
+    let shown = format!("{hb:?}");
+    assert!(
+        shown.contains(&format!("used_keys: {}", leasebeat::MAX_REMEMBERED_KEYS)),
+        "{shown}"
+    );
+    // A source repeating a recent key is still refused, and the refusal
+    // changes nothing.
+    let mut hb = Heartbeat::with_key_source(
+        Config::new(60_000, Some(10_000)),
+        Box::new({
+            let mut n = 0u64;
+            move || {
+                n += 1;
+                // 1, 2, ..., 10, then 5 again.
+                format!("r-{}", if n <= 10 { n } else { 5 })
+            }
+        }),
+    )
+    .unwrap();
+    let id = hb.attempt().unwrap().id;
+    hb.handle_sent(id, 0).unwrap();
+    hb.handle_response(id, create_ok(61_500), 1_500 * MS)
+        .unwrap();
+    beat(&mut hb, 8);
+    let (id, due) = match hb.poll_action() {
+        Action::Send(a) => (a.id, a.due_ns.unwrap()),
+        other => panic!("unexpected {other:?}"),
+    };
+    hb.handle_sent(id, due).unwrap();
+    let before = format!("{hb:?}");
+    let ok = br#"{"status":"ACTIVE","expires_at_ms":5000,"remaining_ttl_ms":60000}"#;
+    let e = hb
+        .handle_response(id, Response::new(200).body(&ok[..]), due + MS)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidKey);
+    assert_eq!(format!("{hb:?}"), before);
+}
+
+#[test]
+fn the_create_request_is_not_kept_once_the_create_succeeded() {
+    let mut config = Config::new(60_000, Some(10_000));
+    config.create_request.insert(
+        "subject".into(),
+        serde_json::json!({"tenant": "acme", "pad": "x".repeat(2_500)}),
+    );
+    let mut hb =
+        Heartbeat::with_key_source(config.clone(), Box::new(SequentialKeys::new("k"))).unwrap();
+    // Until the create succeeded, it is kept: a retry resends it byte for byte.
+    let first = hb.attempt().unwrap().clone();
+    hb.handle_sent(first.id, 0).unwrap();
+    hb.handle_failure(first.id, TransportFailure::Timeout, MS)
+        .unwrap();
+    assert_eq!(hb.config().create_request, config.create_request);
+    let retry = hb.attempt().unwrap().clone();
+    assert_eq!((retry.key_use, &retry.body), (KeyUse::Same, &first.body));
+    hb.handle_sent(retry.id, 2 * MS).unwrap();
+    hb.handle_response(retry.id, create_ok(61_500), 1_500 * MS)
+        .unwrap();
+    // Once it succeeded, the lease holds neither the request nor its body.
+    assert!(hb.config().create_request.is_empty());
+    let next = hb.attempt().unwrap();
+    assert_eq!(next.kind, AttemptKind::Extend);
+    assert!(!String::from_utf8_lossy(&next.body).contains("acme"));
+    assert_eq!(hb.config().ttl_ms, 60_000);
+    beat(&mut hb, 3);
+    assert!(hb.config().create_request.is_empty());
+}
+
+#[test]
+fn last_decision_matches_the_returned_one() {
+    let (mut hb, mut id) = started();
+    for i in 0..20u64 {
+        hb.handle_sent(id, (40_000 + i * 40_000) * MS).unwrap();
+        let d = if i % 3 == 2 {
+            hb.handle_failure(id, TransportFailure::Reset, (40_001 + i * 40_000) * MS)
+                .unwrap()
+        } else {
+            let ok = br#"{"status":"ACTIVE","expires_at_ms":5000,"remaining_ttl_ms":60000}"#;
+            hb.handle_response(
+                id,
+                Response::new(200).body(&ok[..]),
+                (40_001 + i * 40_000) * MS,
+            )
+            .unwrap()
+        };
+        assert_eq!(hb.last_decision(), Some(&d));
+        assert_eq!(hb.last_decision().unwrap().to_string(), d.to_string());
+        id = hb.attempt().unwrap().id;
+    }
+    let d = hb.cancel(10_000_000 * MS).unwrap();
+    assert_eq!(hb.last_decision(), Some(&d));
+}

@@ -57,14 +57,31 @@ pub(crate) unsafe fn try_slice<'a, T>(
     len: usize,
     what: &str,
 ) -> Result<&'a [T], Fail> {
+    // SAFETY: forwarded; the caller's promise is the same.
+    unsafe { try_slice_named(p, len, || what.to_owned()) }
+}
+
+/// [`try_slice`] whose argument name is built only for an error message (no
+/// formatting on the hot path).
+///
+/// # Safety
+/// As [`try_slice`].
+pub(crate) unsafe fn try_slice_named<'a, T>(
+    p: *const T,
+    len: usize,
+    what: impl FnOnce() -> String,
+) -> Result<&'a [T], Fail> {
     if p.is_null() {
         if len == 0 {
             return Ok(&[]);
         }
-        return Err(Fail::null(&format!("{what} (with a length of {len})")));
+        return Err(Fail::null(&format!("{} (with a length of {len})", what())));
     }
     if len > isize::MAX as usize / std::mem::size_of::<T>().max(1) {
-        return Err(Fail::invalid(format!("{what}: length {len} is too large")));
+        return Err(Fail::invalid(format!(
+            "{}: length {len} is too large",
+            what()
+        )));
     }
     // SAFETY: non-NULL, and the caller promises `len` readable elements.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })

@@ -10,7 +10,8 @@ use leasebeat::{
 use serde_json::Value;
 
 use crate::buf::{
-    check_out, copy_bytes, copy_text, try_mut, try_ref, try_slice, try_str, write_out,
+    check_out, copy_bytes, copy_text, try_mut, try_ref, try_slice, try_slice_named, try_str,
+    write_out,
 };
 use crate::decision::lb_decision;
 use crate::error::{Fail, guard, lb_status};
@@ -714,19 +715,26 @@ unsafe fn response_from_c(
     timing_unknown: bool,
     prefix: &str,
 ) -> Result<Response, Fail> {
+    // (Argument names are formatted only for an error message.)
     // SAFETY: `headers` is NULL (with 0) or valid for `header_count` elements.
-    let raw_headers = unsafe { try_slice(headers, header_count, &format!("{prefix}headers")) }?;
+    let raw_headers =
+        unsafe { try_slice_named(headers, header_count, || format!("{prefix}headers")) }?;
     let mut pairs = Vec::with_capacity(raw_headers.len());
     for (i, h) in raw_headers.iter().enumerate() {
         // SAFETY: each pointer is NULL (with 0) or valid for its length.
-        let name = unsafe { try_slice(h.name, h.name_len, &format!("{prefix}headers[{i}].name")) }?;
+        let name = unsafe {
+            try_slice_named(h.name, h.name_len, || format!("{prefix}headers[{i}].name"))
+        }?;
         // SAFETY: as above.
-        let value =
-            unsafe { try_slice(h.value, h.value_len, &format!("{prefix}headers[{i}].value")) }?;
+        let value = unsafe {
+            try_slice_named(h.value, h.value_len, || {
+                format!("{prefix}headers[{i}].value")
+            })
+        }?;
         pairs.push((name.to_vec(), value.to_vec()));
     }
     // SAFETY: `body` is NULL (with 0) or valid for `body_len` bytes.
-    let body = unsafe { try_slice(body, body_len, &format!("{prefix}body")) }?;
+    let body = unsafe { try_slice_named(body, body_len, || format!("{prefix}body")) }?;
     let status = u16::try_from(status).map_err(|_| {
         Fail::invalid(format!(
             "HTTP status must be within 100..=999, got {status}"
