@@ -118,7 +118,10 @@ impl lb_config {
     fn keys(&self) -> Box<dyn KeySource> {
         match &self.key_prefix {
             Some(prefix) => Box::new(SequentialKeys::new(prefix.clone())),
-            None => Box::new(UuidV4Keys),
+            None => {
+                crate::fork::reseed_random_keys_after_fork();
+                Box::new(UuidV4Keys)
+            }
         }
     }
 

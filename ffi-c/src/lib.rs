@@ -36,6 +36,7 @@ pub mod decision;
 #[cfg(feature = "driver")]
 pub mod driver;
 pub mod error;
+mod fork;
 pub mod heartbeat;
 pub mod types;
 

@@ -224,6 +224,15 @@ fn ceil_ms(nanos: &Bound<'_, PyAny>) -> PyResult<u64> {
 }
 
 /// Native core of the ``leasebeat`` package (import ``leasebeat`` instead).
+/// Reseeds this thread's key generator from the operating system. The package
+/// registers it with ``os.register_at_fork(after_in_child=...)`` on import, so
+/// a forked child never draws its parent's idempotency keys; returns False if
+/// the operating system's generator failed.
+#[pyfunction]
+fn _reseed_after_fork() -> bool {
+    leasebeat::UuidV4Keys::reseed_after_fork()
+}
+
 #[pymodule]
 fn _leasebeat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -245,6 +254,7 @@ fn _leasebeat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(primary_schedule, m)?)?;
     m.add_function(wrap_pyfunction!(retry_window, m)?)?;
     m.add_function(wrap_pyfunction!(parse_retry_after, m)?)?;
+    m.add_function(wrap_pyfunction!(_reseed_after_fork, m)?)?;
     m.add_function(wrap_pyfunction!(attempt_budget, m)?)?;
     m.add_function(wrap_pyfunction!(safety_margin, m)?)?;
     m.add_function(wrap_pyfunction!(retry_reserve, m)?)?;

@@ -561,3 +561,28 @@ def test_asyncio_loop_with_simulated_server() -> None:
     assert all(log == logs[0] for log in logs)
     assert logs[0][0]["numbers"]["next_delay"] == 37000 and logs[0][-1]["reason"] == "cancelled"
     assert [d["key_index"] for d in logs[0][:3]] == [2, 3, 4]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")  # 3.12+: other tests' threads
+def test_a_forked_child_never_draws_its_parents_keys() -> None:
+    # Random keys come from a per-thread CSPRNG that fork() copies; the package
+    # reseeds it in every child (os.register_at_fork). Without that, the first
+    # key made after the fork would be the same in parent and child.
+    before = Heartbeat().poll_action().key  # the generator is in use before the fork
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its key and leave without running pytest's exit
+        try:
+            os.write(write_fd, (Heartbeat().poll_action().key or "").encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    parent = Heartbeat().poll_action().key
+    with os.fdopen(read_fd, "rb") as f:
+        child = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert parent is not None and len(child) == 36 == len(parent)
+    assert child != parent, "the forked child drew its parent's key"
+    assert before != parent

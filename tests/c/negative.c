@@ -10,6 +10,8 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 
 
@@ -420,10 +422,57 @@ static void test_arith(void) {
     CHECK(v == 0);
 }
 
+/* A heartbeat with random (UUIDv4) keys: its first attempt's key. */
+static void random_key(char *buf, size_t len) {
+    lb_config *cfg = NULL;
+    lb_heartbeat *hb = NULL;
+    size_t need = 0;
+    buf[0] = '\0';
+    if (lb_config_new(&cfg) != LB_STATUS_OK) return;
+    lb_config_set_ttl_ms(cfg, 60000);
+    lb_config_set_request_timeout_ms(cfg, 10000);
+    if (lb_heartbeat_new(cfg, &hb) == LB_STATUS_OK) {
+        lb_heartbeat_attempt_key(hb, buf, len, &need);
+        lb_heartbeat_free(hb);
+    }
+    lb_config_free(cfg);
+}
+
+/* A forked child never draws its parent's keys: the library reseeds the
+ * per-thread generator in the child (pthread_atfork). Without that, parent and
+ * child would make the same key right after the fork. */
+static void test_fork_reseeds_random_keys(void) {
+    char before[64], parent[64], child[64] = {0};
+    random_key(before, sizeof before); /* the generator is in use before the fork */
+    CHECK(strlen(before) == 36);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        char mine[64];
+        random_key(mine, sizeof mine);
+        ssize_t w = write(fds[1], mine, strlen(mine) + 1);
+        _exit(w > 0 ? 0 : 1);
+    }
+    random_key(parent, sizeof parent);
+    close(fds[1]);
+    ssize_t n = 0, r;
+    while (n < (ssize_t)sizeof child - 1 && (r = read(fds[0], child + n, sizeof child - 1 - (size_t)n)) > 0) n += r;
+    close(fds[0]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(strlen(child) == 36 && strlen(parent) == 36);
+    check(strcmp(parent, child) != 0, "line %d: the forked child drew its parent's key %s", __LINE__, parent);
+    CHECK(strcmp(before, parent) != 0);
+}
+
 void run_api_tests(void) {
     test_version_and_strings();
     test_nulls();
     test_buffers();
     test_bad_input();
     test_arith();
+    test_fork_reseeds_random_keys();
 }

@@ -59,6 +59,8 @@ non-blocking, so it can be called directly from a coroutine.
 
 from __future__ import annotations
 
+import os as _os
+
 from . import _leasebeat as _leasebeat
 from ._leasebeat import (
     DEFAULT_TTL_MS,
@@ -105,6 +107,12 @@ from ._leasebeat import (
     retry_window,
     safety_margin,
 )
+
+# Random keys come from a per-thread CSPRNG that fork() does not reseed: a
+# forked child (multiprocessing's "fork" start method, os.fork) would draw its
+# parent's idempotency keys. Reseed it in every child.
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_leasebeat._reseed_after_fork)
 
 from . import aio, transports
 from ._runner import (
