@@ -178,6 +178,11 @@ struct Slot {
     late_reported: bool,
     /// A `proven_until_reached` jeopardy was reported for `proven_until_ns`.
     proven_reported: bool,
+    /// The earliest `Watch::Proven` entry of this lease in the watch heap.
+    /// A lease keeps about one such entry: a later instant does not push a
+    /// new one; the queued entry re-queues itself at the armed instant when
+    /// it surfaces early (see `Timer::queue_proven`).
+    proven_queued_ns: Option<u64>,
 }
 
 impl Slot {
@@ -220,7 +225,9 @@ type WatchEntry = Reverse<(u64, Watch, u64, u32)>;
 pub(crate) struct Timer {
     commands: Receiver<Command>,
     events: Sender<Event>,
-    leases: HashMap<LeaseHandle, Slot>,
+    /// Boxed: a map's spare buckets then cost a pointer each, not a
+    /// whole slot (the heartbeat is about 1 KB inline).
+    leases: HashMap<LeaseHandle, Box<Slot>>,
     beats: BinaryHeap<BeatEntry>,
     watches: BinaryHeap<WatchEntry>,
     creates: VecDeque<(LeaseHandle, u32)>,
@@ -367,7 +374,7 @@ impl Timer {
                     .last_decision()
                     .filter(|d| d.stop_reason().is_none())
                     .map(|d| (d.outcome == OutcomeClass::Success, d.proven_until_ns));
-                let mut slot = Slot {
+                let mut slot = Box::new(Slot {
                     base,
                     hb: *hb,
                     in_flight: None,
@@ -380,14 +387,13 @@ impl Timer {
                     succeeded: false,
                     late_reported: false,
                     proven_reported: false,
-                };
-                if let Some(w) =
-                    seed.and_then(|(success, proven)| slot.rearm_proven(success, proven))
-                {
-                    self.watches
-                        .push(Reverse((w.0, Watch::Proven, lease.0, w.1)));
-                }
+                    proven_queued_ns: None,
+                });
+                let armed = seed.and_then(|(success, proven)| slot.rearm_proven(success, proven));
                 self.leases.insert(lease, slot);
+                if let Some((at, _)) = armed {
+                    self.queue_proven(lease, at);
+                }
                 self.schedule_send(lease, kind, Some(due_ns));
             }
             Command::Cancel(lease) => self.cancel(lease),
@@ -425,16 +431,12 @@ impl Timer {
         slot.due_ns = at;
         match kind {
             AttemptKind::Create => self.creates.push_back((lease, generation)),
-            AttemptKind::Extend => {
-                self.beats.push(Reverse((at, lease.0, generation)));
-                let late_at = at
-                    .saturating_add(ms_to_ns(slot.margin_ms))
-                    .saturating_add(1);
-                if late_at != u64::MAX {
-                    self.watches
-                        .push(Reverse((late_at, Watch::Late, lease.0, generation)));
-                }
-            }
+            // The late-beat check rides on the beat itself: the timer
+            // thread pops a beat and sends it in the same pass, and
+            // `dispatch` reports `late_beat` when that is past due + margin.
+            // Only a beat that is popped but *not* sent (the test hold)
+            // gets a watch of its own, in `fire_due`.
+            AttemptKind::Extend => self.beats.push(Reverse((at, lease.0, generation))),
         }
     }
 
@@ -446,7 +448,7 @@ impl Timer {
                 break;
             }
             self.watches.pop();
-            self.watch(LeaseHandle(lease), what, generation, now);
+            self.watch(LeaseHandle(lease), what, generation, t, now);
         }
         // Beats of live leases, earliest due first.
         while let Some(Reverse((t, lease, generation))) = self.beats.peek().copied() {
@@ -464,6 +466,13 @@ impl Timer {
             }
             if self.hold {
                 self.held.push((lease, generation));
+                if let Some(slot) = self.leases.get(&lease) {
+                    let late_at = t.saturating_add(ms_to_ns(slot.margin_ms)).saturating_add(1);
+                    if late_at != u64::MAX {
+                        self.watches
+                            .push(Reverse((late_at, Watch::Late, lease.0, generation)));
+                    }
+                }
                 continue;
             }
             self.dispatch(lease);
@@ -481,16 +490,48 @@ impl Timer {
                 self.dispatch(lease);
             }
         }
+        // The FIFO held a whole ramp-up: give its buffer back once drained.
+        if self.creates.is_empty() && self.creates.capacity() > 1024 {
+            self.creates = VecDeque::new();
+        }
     }
 
-    fn watch(&mut self, lease: LeaseHandle, what: Watch, generation: u32, now: u64) {
+    /// Makes sure a `Watch::Proven` entry at or before `at` is queued for the
+    /// lease (at most one new entry; none if one is already queued earlier).
+    fn queue_proven(&mut self, lease: LeaseHandle, at: u64) {
+        let Some(slot) = self.leases.get_mut(&lease) else {
+            return;
+        };
+        if slot.proven_queued_ns.is_some_and(|q| q <= at) {
+            return;
+        }
+        slot.proven_queued_ns = Some(at);
+        self.watches
+            .push(Reverse((at, Watch::Proven, lease.0, slot.proven_gen)));
+    }
+
+    fn watch(&mut self, lease: LeaseHandle, what: Watch, generation: u32, at: u64, now: u64) {
         let Some(slot) = self.leases.get_mut(&lease) else {
             return;
         };
         let reason = match what {
             Watch::Proven => {
-                if slot.proven_gen != generation || slot.proven_reported {
-                    return;
+                // `generation` is not needed: the slot's armed instant is
+                // the truth; this entry only wakes the check up.
+                let _ = generation;
+                if slot.proven_queued_ns == Some(at) {
+                    slot.proven_queued_ns = None;
+                }
+                let armed = slot.proven_watch_ns.filter(|w| *w != u64::MAX);
+                match armed {
+                    None => return,
+                    Some(_) if slot.proven_reported => return,
+                    Some(w) if w > now => {
+                        // Re-armed later since this entry was queued.
+                        self.queue_proven(lease, w);
+                        return;
+                    }
+                    Some(_) => {}
                 }
                 slot.proven_reported = true;
                 JeopardyReason::ProvenUntilReached
@@ -700,9 +741,8 @@ impl Timer {
                     slot.margin_ms = m;
                 }
                 let success = decision.outcome == OutcomeClass::Success;
-                if let Some(w) = slot.rearm_proven(success, decision.proven_until_ns) {
-                    self.watches
-                        .push(Reverse((w.0, Watch::Proven, lease.0, w.1)));
+                if let Some((at, _)) = slot.rearm_proven(success, decision.proven_until_ns) {
+                    self.queue_proven(lease, at);
                 }
             }
             if let Next::Send(kind) = decision.next {
@@ -750,6 +790,7 @@ mod tests {
             succeeded: false,
             late_reported: false,
             proven_reported: false,
+            proven_queued_ns: None,
         }
     }
 
