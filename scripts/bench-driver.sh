@@ -9,7 +9,8 @@
 # summary line. Usage: scripts/bench-driver.sh LEASES TTL_MS BUDGET_MS SECONDS
 # (BENCH_WORKERS=N sets the driver's worker threads; default 16. BENCH_HEAP=1
 # runs the driver under a counting allocator, cli/examples/bench_heap.rs, which
-# adds a heap_bytes_per_lease line: live heap growth per lease.)
+# adds a heap_bytes_per_lease line: live heap growth per lease.
+# LEASEBEAT_BIN=path runs another build of leasebeat, for before/after runs.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$#" -ne 4 ]; then
@@ -19,7 +20,7 @@ fi
 leases="$1" ttl="$2" budget="$3" seconds="$4"
 cargo build --release -q -p leasebeat-cli
 if [ -n "${BENCH_HEAP:-}" ]; then cargo build --release -q -p leasebeat-cli --example bench_heap; fi
-bin="${CARGO_TARGET_DIR:-target}/release/leasebeat"
+bin="${LEASEBEAT_BIN:-${CARGO_TARGET_DIR:-target}/release/leasebeat}"
 tmp="$(mktemp -d)"
 serve_pid=""
 cleanup() {

@@ -142,6 +142,8 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
     let mut ramp_done: Option<Instant> = None;
     let mut rss_after_ramp = 0u64;
     let mut late_ns: Vec<u64> = Vec::new();
+    // How early beats went out (the timer sends ahead by its slack).
+    let mut early_ns: Vec<u64> = Vec::new();
     let mut beats_after_ramp = 0u64;
     let mut jeopardies = 0u64;
     let mut stops = 0u64;
@@ -180,6 +182,7 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
                             beats_after_ramp += 1;
                             if let Some(due) = a.due_ns {
                                 late_ns.push(a.sent_ns.saturating_sub(due));
+                                early_ns.push(due.saturating_sub(a.sent_ns));
                             }
                         }
                     }
@@ -248,6 +251,7 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
         }
     }
     late_ns.sort_unstable();
+    early_ns.sort_unstable();
     let per_lease = rss_end.saturating_sub(rss0) / opts.leases.max(1) as u64;
     println!(
         "leases={} beats_per_s={:.0} late_p50_ms={:.3} late_p99_ms={:.3} rss_bytes_per_lease={} lapses={} unreported={} created={} create_failed={} ramp_s={} jeopardy={} stops={} cpu_timer_pct={:.1} cpu_workers_pct={:.1} cpu_other_pct={:.1}",
@@ -270,6 +274,14 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
         100.0 * cpu_timer / run_s,
         100.0 * cpu_workers / run_s,
         100.0 * cpu_other / run_s,
+    );
+    println!(
+        "late_p999_ms={:.3} late_max_ms={:.3} early_p50_ms={:.3} early_p99_ms={:.3} early_max_ms={:.3}",
+        pct(&late_ns, 0.999),
+        pct(&late_ns, 1.0),
+        pct(&early_ns, 0.5),
+        pct(&early_ns, 0.99),
+        pct(&early_ns, 1.0),
     );
     if opts.heap_live.is_some() {
         let heap_end = heap(opts.heap_live);

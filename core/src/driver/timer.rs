@@ -39,6 +39,13 @@ const MAX_TIMER_SLACK_NS: u64 = 20_000_000;
 const INITIAL_TIMER_SLACK_NS: u64 = 1_000_000;
 /// Commands handled per wake-up before the heaps are looked at again.
 const COMMAND_BATCH: usize = 256;
+/// Within a batch, how often (in commands) the timer checks whether a beat
+/// has fallen due, so a burst of completions does not delay it.
+const DUE_CHECK_EVERY: usize = 8;
+/// The timer slack decays by 1/8 once per this interval (not per wake-up:
+/// at thousands of wake-ups per second a per-wake-up decay forgets a
+/// scheduling hiccup within milliseconds, and the next one makes beats late).
+const SLACK_DECAY_NS: u64 = 100_000_000;
 /// The safety margin assumed before any decision carried one (its floor).
 const DEFAULT_MARGIN_MS: u64 = 1_000;
 
@@ -238,6 +245,8 @@ pub(crate) struct Timer {
     max_workers: usize,
     pool: Pool,
     slack_ns: u64,
+    /// When the slack next decays (driver clock, ns).
+    slack_decay_at_ns: u64,
     max_wait: Duration,
 }
 
@@ -300,6 +309,7 @@ impl Timer {
                 done,
             },
             slack_ns: INITIAL_TIMER_SLACK_NS,
+            slack_decay_at_ns: 0,
             max_wait: Duration::from_millis(max_wait_ms),
         }
     }
@@ -318,6 +328,32 @@ impl Timer {
         [beat, watch, create].into_iter().flatten().min()
     }
 
+    /// Whether a beat (early by the slack) or a watch is due at `now`.
+    fn something_due(&self, now: u64) -> bool {
+        self.beats
+            .peek()
+            .is_some_and(|Reverse((t, _, _))| t.saturating_sub(self.slack_ns) <= now)
+            || self
+                .watches
+                .peek()
+                .is_some_and(|Reverse((t, _, _, _))| *t <= now)
+    }
+
+    /// The slack is the largest recent delay between the instant the timer
+    /// meant to act and the instant it did (an oversleep, or a beat sent
+    /// late), decaying by 1/8 every [`SLACK_DECAY_NS`].
+    fn raise_slack(&mut self, delay_ns: u64) {
+        let now = clock::now_ns();
+        if now >= self.slack_decay_at_ns {
+            self.slack_ns -= self.slack_ns / 8;
+            self.slack_decay_at_ns = now.saturating_add(SLACK_DECAY_NS);
+        }
+        self.slack_ns = self
+            .slack_ns
+            .max(delay_ns)
+            .clamp(MIN_TIMER_SLACK_NS, MAX_TIMER_SLACK_NS);
+    }
+
     pub(crate) fn run(mut self) {
         'outer: loop {
             self.fire_due();
@@ -331,8 +367,12 @@ impl Timer {
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(cmd) => {
                     self.handle(cmd);
-                    // Drain a batch: many completions arrive together.
-                    for _ in 0..COMMAND_BATCH {
+                    // Drain a batch: many completions arrive together; stop
+                    // early when a beat or a watch falls due meanwhile.
+                    for i in 1..=COMMAND_BATCH {
+                        if i % DUE_CHECK_EVERY == 0 && self.something_due(clock::now_ns()) {
+                            break;
+                        }
                         match self.commands.try_recv() {
                             Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => {
                                 break 'outer;
@@ -345,9 +385,7 @@ impl Timer {
                 Err(RecvTimeoutError::Timeout) => {
                     if next.is_some() && !wait.is_zero() {
                         let over = clock::now_ns().saturating_sub(now + wait.as_nanos() as u64);
-                        self.slack_ns = (self.slack_ns - self.slack_ns / 8)
-                            .max(over)
-                            .clamp(MIN_TIMER_SLACK_NS, MAX_TIMER_SLACK_NS);
+                        self.raise_slack(over);
                     }
                 }
             }
@@ -593,6 +631,10 @@ impl Timer {
         let slot = self.leases.get_mut(&lease).expect("looked up above");
         let now = clock::now_ns().max(slot.hb.last_event_ns());
         let due_ns = slot.due_ns;
+        // How much later than meant (due minus the slack) this beat goes
+        // out: raises the slack so the next beats leave that much earlier.
+        let delay = (attempt.kind == AttemptKind::Extend && due_ns != u64::MAX && !self.hold)
+            .then(|| now.saturating_sub(due_ns.saturating_sub(self.slack_ns)));
         let late = attempt.kind == AttemptKind::Extend
             && !slot.late_reported
             && now > due_ns.saturating_add(ms_to_ns(slot.margin_ms));
@@ -602,6 +644,9 @@ impl Timer {
         if let Err(e) = slot.hb.handle_sent(attempt.id, now) {
             self.core_error(lease, e);
             return;
+        }
+        if let Some(d) = delay {
+            self.raise_slack(d);
         }
         if late {
             self.jeopardy(lease, JeopardyReason::LateBeat, now);
