@@ -170,6 +170,10 @@ struct Slot {
     proven_gen: u32,
     /// Due time of the scheduled send (driver clock, ns).
     due_ns: u64,
+    /// The scheduled send is a beat after a success, which may leave early
+    /// by the timer slack. A retry (after a failure: its delay may be a
+    /// server's Retry-After, its window small) leaves exactly at its due time.
+    early_ok: bool,
     /// The safety margin of the last decision that carried one (ms).
     margin_ms: u64,
     /// D-15: the proven lead of the last primary success, if any.
@@ -317,10 +321,7 @@ impl Timer {
     /// When the timer must next wake up (driver clock, ns), if anything is
     /// scheduled: the earliest beat (early by the slack) or watch.
     fn next_wake(&self) -> Option<u64> {
-        let beat = self
-            .beats
-            .peek()
-            .map(|Reverse((t, _, _))| t.saturating_sub(self.slack_ns));
+        let beat = self.beat_fire_at();
         let watch = self.watches.peek().map(|Reverse((t, _, _, _))| *t);
         let create =
             (!self.creates.is_empty() && !self.hold && self.outstanding < self.max_workers)
@@ -328,11 +329,25 @@ impl Timer {
         [beat, watch, create].into_iter().flatten().min()
     }
 
-    /// Whether a beat (early by the slack) or a watch is due at `now`.
+    /// When the earliest beat entry fires: its due time minus the slack,
+    /// or exactly its due time for a live retry.
+    fn beat_fire_at(&self) -> Option<u64> {
+        let Reverse((t, lease, generation)) = *self.beats.peek()?;
+        let retry = self
+            .leases
+            .get(&LeaseHandle(lease))
+            .is_some_and(|s| s.send_gen == generation && !s.early_ok);
+        Some(if retry {
+            t
+        } else {
+            t.saturating_sub(self.slack_ns)
+        })
+    }
+
+    /// Whether a beat (early by the slack, a retry at its due time) or a
+    /// watch is due at `now`.
     fn something_due(&self, now: u64) -> bool {
-        self.beats
-            .peek()
-            .is_some_and(|Reverse((t, _, _))| t.saturating_sub(self.slack_ns) <= now)
+        self.beat_fire_at().is_some_and(|t| t <= now)
             || self
                 .watches
                 .peek()
@@ -426,13 +441,15 @@ impl Timer {
                     late_reported: false,
                     proven_reported: false,
                     proven_queued_ns: None,
+                    early_ok: false,
                 });
                 let armed = seed.and_then(|(success, proven)| slot.rearm_proven(success, proven));
                 self.leases.insert(lease, slot);
                 if let Some((at, _)) = armed {
                     self.queue_proven(lease, at);
                 }
-                self.schedule_send(lease, kind, Some(due_ns));
+                let early_ok = seed.is_some_and(|(success, _)| success);
+                self.schedule_send(lease, kind, Some(due_ns), early_ok);
             }
             Command::Cancel(lease) => self.cancel(lease),
             Command::Done(c) => {
@@ -454,10 +471,17 @@ impl Timer {
 
     /// Queues the lease's next send (after a decision or a start): creates
     /// go to the FIFO, extends to the beat heap with a late-beat watch.
-    fn schedule_send(&mut self, lease: LeaseHandle, kind: AttemptKind, at_ns: Option<u64>) {
+    fn schedule_send(
+        &mut self,
+        lease: LeaseHandle,
+        kind: AttemptKind,
+        at_ns: Option<u64>,
+        early_ok: bool,
+    ) {
         let Some(slot) = self.leases.get_mut(&lease) else {
             return;
         };
+        slot.early_ok = early_ok;
         slot.send_gen = slot.send_gen.wrapping_add(1);
         slot.late_reported = false;
         let generation = slot.send_gen;
@@ -490,7 +514,7 @@ impl Timer {
         }
         // Beats of live leases, earliest due first.
         while let Some(Reverse((t, lease, generation))) = self.beats.peek().copied() {
-            if t.saturating_sub(self.slack_ns) > now {
+            if self.beat_fire_at().is_none_or(|f| f > now) {
                 break;
             }
             self.beats.pop();
@@ -633,8 +657,13 @@ impl Timer {
         let due_ns = slot.due_ns;
         // How much later than meant (due minus the slack) this beat goes
         // out: raises the slack so the next beats leave that much earlier.
+        let meant = if slot.early_ok {
+            due_ns.saturating_sub(self.slack_ns)
+        } else {
+            due_ns
+        };
         let delay = (attempt.kind == AttemptKind::Extend && due_ns != u64::MAX && !self.hold)
-            .then(|| now.saturating_sub(due_ns.saturating_sub(self.slack_ns)));
+            .then(|| now.saturating_sub(meant));
         let late = attempt.kind == AttemptKind::Extend
             && !slot.late_reported
             && now > due_ns.saturating_add(ms_to_ns(slot.margin_ms));
@@ -791,7 +820,8 @@ impl Timer {
                 }
             }
             if let Next::Send(kind) = decision.next {
-                self.schedule_send(lease, kind, decision.at_ns);
+                let early_ok = decision.outcome == OutcomeClass::Success;
+                self.schedule_send(lease, kind, decision.at_ns, early_ok);
             }
         }
         let _ = self.events.send(Event::Decision {
@@ -836,6 +866,7 @@ mod tests {
             late_reported: false,
             proven_reported: false,
             proven_queued_ns: None,
+            early_ok: false,
         }
     }
 
