@@ -7,7 +7,10 @@
 # by the server up to the end of the run; unreported = lapses with no stop or
 # jeopardy event seen by the driver before the expiry) and the server's
 # summary line. Usage: scripts/bench-driver.sh LEASES TTL_MS BUDGET_MS SECONDS
-# (BENCH_WORKERS=N sets the driver's worker threads; default 16).
+# (BENCH_WORKERS=N sets the driver's worker threads; default 16. BENCH_HEAP=1
+# runs the driver under a counting allocator, cli/examples/bench_heap.rs, which
+# adds a heap_bytes_per_lease line: live heap growth per lease.
+# LEASEBEAT_BIN=path runs another build of leasebeat, for before/after runs.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$#" -ne 4 ]; then
@@ -16,7 +19,8 @@ if [ "$#" -ne 4 ]; then
 fi
 leases="$1" ttl="$2" budget="$3" seconds="$4"
 cargo build --release -q -p leasebeat-cli
-bin="${CARGO_TARGET_DIR:-target}/release/leasebeat"
+if [ -n "${BENCH_HEAP:-}" ]; then cargo build --release -q -p leasebeat-cli --example bench_heap; fi
+bin="${LEASEBEAT_BIN:-${CARGO_TARGET_DIR:-target}/release/leasebeat}"
 tmp="$(mktemp -d)"
 serve_pid=""
 cleanup() {
@@ -32,8 +36,13 @@ serve_pid=$!
 for _ in $(seq 100); do grep -q '^listening on ' "$tmp/serve.out" 2>/dev/null && break; sleep 0.05; done
 url="$(sed -n 's/^listening on //p' "$tmp/serve.out" | head -n1)"
 [ -n "$url" ] || { echo "serve did not start" >&2; cat "$tmp/serve.err" >&2; exit 1; }
-"$bin" bench-driver --url "$url" --leases "$leases" --ttl-ms "$ttl" --budget-ms "$budget" \
-  --seconds "$seconds" --lapse-file "$tmp/serve.out" ${BENCH_WORKERS:+--workers "$BENCH_WORKERS"}
+if [ -n "${BENCH_HEAP:-}" ]; then
+  "${CARGO_TARGET_DIR:-target}/release/examples/bench_heap" "$url" "$leases" "$ttl" "$budget" \
+    "$seconds" "${BENCH_WORKERS:-16}" "$tmp/serve.out"
+else
+  "$bin" bench-driver --url "$url" --leases "$leases" --ttl-ms "$ttl" --budget-ms "$budget" \
+    --seconds "$seconds" --lapse-file "$tmp/serve.out" ${BENCH_WORKERS:+--workers "$BENCH_WORKERS"}
+fi
 serve_rss_kb="$(awk '/VmRSS/ {print $2}' "/proc/$serve_pid/status" 2>/dev/null || echo 0)"
 # The server's CPU (user + system, all threads) over its life, in % of one core.
 serve_cpu_pct="$(awk -v hz="$(getconf CLK_TCK)" -v up="$(cut -d' ' -f1 /proc/uptime)" '{

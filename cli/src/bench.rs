@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event, LeaseHandle};
+use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event};
 use leasebeat::{AttemptKind, Config, OutcomeClass};
 use serde_json::json;
 
@@ -31,6 +31,9 @@ pub struct BenchOptions {
     /// ms at its start) so that expiries compare with this process's
     /// wall-clock times.
     pub lapse_file: Option<std::path::PathBuf>,
+    /// Live heap bytes, when the process counts its allocations
+    /// (`cli/examples/bench_heap.rs`): adds `heap_bytes_per_lease`.
+    pub heap_live: Option<fn() -> u64>,
 }
 
 fn wall_ms() -> u64 {
@@ -93,6 +96,20 @@ fn thread_cpu_s() -> (f64, f64, f64) {
     (timer, workers, other)
 }
 
+/// The configuration of every lease of the benchmark.
+pub fn lease_config(ttl_ms: u64, budget_ms: u64) -> Config {
+    let mut config = Config::new(ttl_ms, Some(budget_ms));
+    config.create_request = json!({
+        "subject": {"tenant": "bench"},
+        "action": {"kind": "job", "name": "bench"},
+        "estimate": {"unit": "TOKENS", "amount": 1}
+    })
+    .as_object()
+    .cloned()
+    .unwrap_or_default();
+    config
+}
+
 /// Runs the benchmark and prints its line. Exit status 0.
 pub fn run(opts: BenchOptions) -> std::process::ExitCode {
     let mut dc = DriverConfig::new(opts.url.clone(), ApiKey::new("bench-key"));
@@ -104,20 +121,15 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let mut config = Config::new(opts.ttl_ms, Some(opts.budget_ms));
-    config.create_request = json!({
-        "subject": {"tenant": "bench"},
-        "action": {"kind": "job", "name": "bench"},
-        "estimate": {"unit": "TOKENS", "amount": 1}
-    })
-    .as_object()
-    .cloned()
-    .unwrap_or_default();
+    let config = lease_config(opts.ttl_ms, opts.budget_ms);
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs(opts.seconds);
     let rss0 = rss_bytes();
-    let mut rid_of: HashMap<LeaseHandle, String> = HashMap::with_capacity(opts.leases);
-    // First jeopardy or stop of each reservation (wall ms when seen here).
+    let heap = |f: Option<fn() -> u64>| f.map_or(0, |f| f());
+    let heap0 = heap(opts.heap_live);
+    let mut heap_after_ramp = 0u64;
+    // First jeopardy or stop of each reservation (wall ms when seen here;
+    // every such event after the create carries the reservation id).
     let mut reported: HashMap<String, u64> = HashMap::new();
     for _ in 0..opts.leases {
         if let Err(e) = driver.start(config.clone()) {
@@ -130,6 +142,8 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
     let mut ramp_done: Option<Instant> = None;
     let mut rss_after_ramp = 0u64;
     let mut late_ns: Vec<u64> = Vec::new();
+    // How early beats went out (the timer sends ahead by its slack).
+    let mut early_ns: Vec<u64> = Vec::new();
     let mut beats_after_ramp = 0u64;
     let mut jeopardies = 0u64;
     let mut stops = 0u64;
@@ -147,26 +161,20 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
         };
         match event {
             Event::Decision {
-                lease,
-                reservation_id,
-                attempt,
-                decision,
-                ..
+                attempt, decision, ..
             } => {
                 let Some(a) = attempt else { continue };
                 match a.kind {
                     AttemptKind::Create => {
                         if decision.outcome == OutcomeClass::Success {
                             created += 1;
-                            if let Some(id) = reservation_id {
-                                rid_of.insert(lease, id);
-                            }
                         } else if decision.stop_reason().is_some() {
                             create_failed += 1;
                         }
                         if created + create_failed == opts.leases && ramp_done.is_none() {
                             ramp_done = Some(Instant::now());
                             rss_after_ramp = rss_bytes();
+                            heap_after_ramp = heap(opts.heap_live);
                         }
                     }
                     AttemptKind::Extend => {
@@ -174,32 +182,31 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
                             beats_after_ramp += 1;
                             if let Some(due) = a.due_ns {
                                 late_ns.push(a.sent_ns.saturating_sub(due));
+                                early_ns.push(due.saturating_sub(a.sent_ns));
                             }
                         }
                     }
                 }
             }
             Event::Jeopardy {
-                lease,
                 reservation_id,
                 reason,
                 ..
             } => {
                 jeopardies += 1;
                 *jeopardy_reasons.entry(reason.as_str()).or_insert(0) += 1;
-                if let Some(id) = reservation_id.or_else(|| rid_of.get(&lease).cloned()) {
+                if let Some(id) = reservation_id {
                     reported.entry(id).or_insert_with(wall_ms);
                 }
             }
             Event::Stopped {
-                lease,
                 reservation_id,
                 reason,
                 ..
             } => {
                 stops += 1;
                 *stop_reasons.entry(reason.as_str()).or_insert(0) += 1;
-                if let Some(id) = reservation_id.or_else(|| rid_of.get(&lease).cloned()) {
+                if let Some(id) = reservation_id {
                     reported.entry(id).or_insert_with(wall_ms);
                 }
             }
@@ -244,6 +251,7 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
         }
     }
     late_ns.sort_unstable();
+    early_ns.sort_unstable();
     let per_lease = rss_end.saturating_sub(rss0) / opts.leases.max(1) as u64;
     println!(
         "leases={} beats_per_s={:.0} late_p50_ms={:.3} late_p99_ms={:.3} rss_bytes_per_lease={} lapses={} unreported={} created={} create_failed={} ramp_s={} jeopardy={} stops={} cpu_timer_pct={:.1} cpu_workers_pct={:.1} cpu_other_pct={:.1}",
@@ -267,6 +275,22 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
         100.0 * cpu_workers / run_s,
         100.0 * cpu_other / run_s,
     );
+    println!(
+        "late_p999_ms={:.3} late_max_ms={:.3} early_p50_ms={:.3} early_p99_ms={:.3} early_max_ms={:.3}",
+        pct(&late_ns, 0.999),
+        pct(&late_ns, 1.0),
+        pct(&early_ns, 0.5),
+        pct(&early_ns, 0.99),
+        pct(&early_ns, 1.0),
+    );
+    if opts.heap_live.is_some() {
+        let heap_end = heap(opts.heap_live);
+        println!(
+            "heap_bytes_per_lease={} heap_bytes_per_lease_at_end={}",
+            heap_after_ramp.saturating_sub(heap0) / opts.leases.max(1) as u64,
+            heap_end.saturating_sub(heap0) / opts.leases.max(1) as u64,
+        );
+    }
     if !stop_reasons.is_empty() || !jeopardy_reasons.is_empty() {
         println!("stop_reasons={stop_reasons:?} jeopardy_reasons={jeopardy_reasons:?}");
     }

@@ -330,6 +330,7 @@ fn main() -> ExitCode {
             seconds,
             workers,
             lapse_file,
+            heap_live: None,
         }),
     }
 }

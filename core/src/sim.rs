@@ -76,11 +76,11 @@ pub struct Lease {
     pub created_at_ms: u64,
     /// The last [`EXTEND_KEYS_KEPT`] extension keys (a client only ever
     /// retries its latest key).
-    extend_keys: VecDeque<(String, Stored)>,
+    extend_keys: VecDeque<(Box<str>, Stored)>,
     /// The lapse was reported by [`SimServer::take_lapses`].
     lapse_reported: bool,
-    /// The create's `estimate` (echoed as `reserved`).
-    reserved: Value,
+    /// The create's `estimate` (echoed as `reserved`), as compact JSON.
+    reserved: Box<[u8]>,
     /// The create asked for `overage_policy: REJECT`.
     overage_reject: bool,
     /// Commit and release idempotency records: (request, response).
@@ -95,11 +95,43 @@ impl Lease {
     }
 }
 
+/// An idempotency record, kept compact: a `serde_json::Value` costs a
+/// B-tree node (over 600 bytes) per object, so the request is kept as its
+/// canonical JSON text (serde_json's `Map` sorts its members, so two equal
+/// requests have the same text) and the response as JSON text without
+/// `remaining_ttl_ms` (recomputed on a replay). An extension's response is
+/// not kept at all: it is rebuilt from `expires_at_ms`.
 #[derive(Clone, Debug)]
 struct Stored {
-    request: Value,
-    response: Map<String, Value>,
+    request: Box<[u8]>,
+    /// `None`: the extension response `{"status":"ACTIVE","expires_at_ms":..}`.
+    response: Option<Box<[u8]>>,
     expires_at_ms: u64,
+}
+
+impl Stored {
+    fn response(&self) -> Map<String, Value> {
+        match &self.response {
+            Some(bytes) => match serde_json::from_slice(bytes) {
+                Ok(Value::Object(m)) => m,
+                _ => Map::new(),
+            },
+            None => {
+                let mut m = Map::new();
+                m.insert("status".into(), "ACTIVE".into());
+                m.insert("expires_at_ms".into(), Value::from(self.expires_at_ms));
+                m
+            }
+        }
+    }
+}
+
+/// The canonical JSON text of a value (members sorted: serde_json's `Map`
+/// is a `BTreeMap` here).
+fn compact(v: &Value) -> Box<[u8]> {
+    serde_json::to_vec(v)
+        .expect("JSON serializes")
+        .into_boxed_slice()
 }
 
 /// A response of the model.
@@ -333,12 +365,13 @@ impl SimServer {
             Ok(r) => r,
             Err(e) => return e,
         };
+        let request_text = compact(&request);
         if let Some((id, stored)) = self.create_keys.get(&key).cloned() {
-            if stored.request != request {
+            if stored.request != request_text {
                 return self.error(409, "IDEMPOTENCY_MISMATCH", "same key, different request");
             }
             let live = self.leases.get(&id).is_some_and(|l| l.is_live(now_ms));
-            let mut response = stored.response.clone();
+            let mut response = stored.response();
             self.remaining_field(&mut response, stored.expires_at_ms, live, now_ms);
             return SimResponse::json(200, &Value::Object(response));
         }
@@ -373,8 +406,8 @@ impl SimServer {
         response.insert("expires_at_ms".into(), Value::from(expires_at_ms));
         response.insert("affected_scopes".into(), json!(["tenant:sim"]));
         let stored = Stored {
-            request: request.clone(),
-            response: response.clone(),
+            request: request_text,
+            response: Some(compact(&Value::Object(response.clone()))),
             expires_at_ms,
         };
         self.create_keys.insert(key, (id.clone(), stored));
@@ -387,9 +420,9 @@ impl SimServer {
                 extensions: 0,
                 state: LeaseState::Active,
                 created_at_ms: now_ms,
-                extend_keys: VecDeque::new(),
+                extend_keys: VecDeque::with_capacity(EXTEND_KEYS_KEPT),
                 lapse_reported: false,
-                reserved: estimate,
+                reserved: compact(&estimate),
                 overage_reject,
                 commit_keys: HashMap::new(),
                 release_keys: HashMap::new(),
@@ -414,17 +447,18 @@ impl SimServer {
         let Some(lease) = self.leases.get(id) else {
             return self.error(404, "NOT_FOUND", "reservation not found");
         };
+        let request_text = compact(&request);
         if let Some(stored) = lease
             .extend_keys
             .iter()
-            .find(|(k, _)| *k == key)
+            .find(|(k, _)| **k == *key)
             .map(|(_, s)| s.clone())
         {
-            if stored.request != request {
+            if stored.request != request_text {
                 return self.error(409, "IDEMPOTENCY_MISMATCH", "same key, different request");
             }
             let live = lease.is_live(now_ms);
-            let mut response = stored.response.clone();
+            let mut response = stored.response();
             self.remaining_field(&mut response, stored.expires_at_ms, live, now_ms);
             return SimResponse::json(200, &Value::Object(response));
         }
@@ -462,8 +496,8 @@ impl SimServer {
         response.insert("status".into(), "ACTIVE".into());
         response.insert("expires_at_ms".into(), Value::from(expires));
         let stored = Stored {
-            request,
-            response: response.clone(),
+            request: request_text,
+            response: None,
             expires_at_ms: expires,
         };
         let lease = self.leases.get_mut(id).expect("looked up above");
@@ -476,7 +510,7 @@ impl SimServer {
         if lease.extend_keys.len() >= EXTEND_KEYS_KEPT {
             lease.extend_keys.pop_front();
         }
-        lease.extend_keys.push_back((key, stored));
+        lease.extend_keys.push_back((key.into_boxed_str(), stored));
         self.remaining_field(&mut response, expires, true, now_ms);
         SimResponse::json(200, &Value::Object(response))
     }
@@ -562,7 +596,7 @@ impl SimServer {
         if now_ms > lease.expires_at_ms {
             return self.error(410, "RESERVATION_EXPIRED", "reservation expired");
         }
-        let reserved = lease.reserved.clone();
+        let reserved: Value = serde_json::from_slice(&lease.reserved).unwrap_or(Value::Null);
         let overage_reject = lease.overage_reject;
         let mut response = Map::new();
         match which {

@@ -14,6 +14,9 @@ use crate::{Response, TransportFailure};
 /// with no usable body (P-3; a 200 is then ambiguous, a 404 `not_found`).
 pub const MAX_BODY_BYTES: u64 = 1 << 20;
 
+/// Size of each connection's input and output buffer.
+const BUFFER_BYTES: usize = 16 * 1024;
+
 /// Builds the agent every request shares: 4xx/5xx are responses, not errors;
 /// no redirects are followed (a 3xx reaches the core as it arrived); no proxy
 /// from the environment; no user agent surprises.
@@ -22,6 +25,12 @@ pub(crate) fn agent(max_workers: usize) -> Agent {
         // Keep one idle connection per worker (and per host) alive.
         .max_idle_connections(max_workers.max(1) * 4)
         .max_idle_connections_per_host(max_workers.max(1))
+        // Each connection's buffers (ureq's default is 128 KiB each way, 4
+        // MiB for 16 pooled connections): requests and response heads here
+        // are small; a larger head still fits (the input buffer grows up to
+        // the 64 KiB response-head limit).
+        .input_buffer_size(BUFFER_BYTES)
+        .output_buffer_size(BUFFER_BYTES)
         .http_status_as_error(false)
         .max_redirects(0)
         .max_redirects_will_error(false)

@@ -30,10 +30,14 @@
 //!   sent. A timed-out attempt is therefore observed no later than
 //!   `sent + request_timeout_ms`, never after: the retry window the core
 //!   computes is never spent by the driver's own lateness.
-//! * **Timer slack.** Beats are sent early by the timer thread's measured
-//!   slack: the largest recent oversleep of its waits, kept within 0.2 ms ..
-//!   20 ms (starting at 1 ms) and decaying by 1/8 per wake-up. Sending early
-//!   is the conservative direction (the core accepts it).
+//! * **Timer slack.** Beats that follow a success are sent early by the
+//!   timer thread's measured slack: the largest recent delay between the
+//!   instant it meant to act and the instant it did (an oversleep of its
+//!   wait, or a beat sent later than meant), kept within 0.2 ms .. 20 ms
+//!   (starting at 1 ms) and decaying by 1/8 every 100 ms. Sending early is
+//!   the conservative direction (the core accepts it). A retry (after a
+//!   failure) is sent at its due time, never early: its delay may be a
+//!   server's `Retry-After` and its window small.
 //! * **Sent time.** An attempt is marked sent (`handle_sent`) when the timer
 //!   thread hands it to the pool, a little before the bytes leave: the round
 //!   trip the core measures is a little longer than the real one, again the

@@ -39,6 +39,13 @@ const MAX_TIMER_SLACK_NS: u64 = 20_000_000;
 const INITIAL_TIMER_SLACK_NS: u64 = 1_000_000;
 /// Commands handled per wake-up before the heaps are looked at again.
 const COMMAND_BATCH: usize = 256;
+/// Within a batch, how often (in commands) the timer checks whether a beat
+/// has fallen due, so a burst of completions does not delay it.
+const DUE_CHECK_EVERY: usize = 8;
+/// The timer slack decays by 1/8 once per this interval (not per wake-up:
+/// at thousands of wake-ups per second a per-wake-up decay forgets a
+/// scheduling hiccup within milliseconds, and the next one makes beats late).
+const SLACK_DECAY_NS: u64 = 100_000_000;
 /// The safety margin assumed before any decision carried one (its floor).
 const DEFAULT_MARGIN_MS: u64 = 1_000;
 
@@ -163,6 +170,10 @@ struct Slot {
     proven_gen: u32,
     /// Due time of the scheduled send (driver clock, ns).
     due_ns: u64,
+    /// The scheduled send is a beat after a success, which may leave early
+    /// by the timer slack. A retry (after a failure: its delay may be a
+    /// server's Retry-After, its window small) leaves exactly at its due time.
+    early_ok: bool,
     /// The safety margin of the last decision that carried one (ms).
     margin_ms: u64,
     /// D-15: the proven lead of the last primary success, if any.
@@ -178,6 +189,11 @@ struct Slot {
     late_reported: bool,
     /// A `proven_until_reached` jeopardy was reported for `proven_until_ns`.
     proven_reported: bool,
+    /// The earliest `Watch::Proven` entry of this lease in the watch heap.
+    /// A lease keeps about one such entry: a later instant does not push a
+    /// new one; the queued entry re-queues itself at the armed instant when
+    /// it surfaces early (see `Timer::queue_proven`).
+    proven_queued_ns: Option<u64>,
 }
 
 impl Slot {
@@ -220,7 +236,9 @@ type WatchEntry = Reverse<(u64, Watch, u64, u32)>;
 pub(crate) struct Timer {
     commands: Receiver<Command>,
     events: Sender<Event>,
-    leases: HashMap<LeaseHandle, Slot>,
+    /// Boxed: a map's spare buckets then cost a pointer each, not a
+    /// whole slot (the heartbeat is about 1 KB inline).
+    leases: HashMap<LeaseHandle, Box<Slot>>,
     beats: BinaryHeap<BeatEntry>,
     watches: BinaryHeap<WatchEntry>,
     creates: VecDeque<(LeaseHandle, u32)>,
@@ -231,6 +249,8 @@ pub(crate) struct Timer {
     max_workers: usize,
     pool: Pool,
     slack_ns: u64,
+    /// When the slack next decays (driver clock, ns).
+    slack_decay_at_ns: u64,
     max_wait: Duration,
 }
 
@@ -293,6 +313,7 @@ impl Timer {
                 done,
             },
             slack_ns: INITIAL_TIMER_SLACK_NS,
+            slack_decay_at_ns: 0,
             max_wait: Duration::from_millis(max_wait_ms),
         }
     }
@@ -300,15 +321,52 @@ impl Timer {
     /// When the timer must next wake up (driver clock, ns), if anything is
     /// scheduled: the earliest beat (early by the slack) or watch.
     fn next_wake(&self) -> Option<u64> {
-        let beat = self
-            .beats
-            .peek()
-            .map(|Reverse((t, _, _))| t.saturating_sub(self.slack_ns));
+        let beat = self.beat_fire_at();
         let watch = self.watches.peek().map(|Reverse((t, _, _, _))| *t);
         let create =
             (!self.creates.is_empty() && !self.hold && self.outstanding < self.max_workers)
                 .then_some(0);
         [beat, watch, create].into_iter().flatten().min()
+    }
+
+    /// When the earliest beat entry fires: its due time minus the slack,
+    /// or exactly its due time for a live retry.
+    fn beat_fire_at(&self) -> Option<u64> {
+        let Reverse((t, lease, generation)) = *self.beats.peek()?;
+        let retry = self
+            .leases
+            .get(&LeaseHandle(lease))
+            .is_some_and(|s| s.send_gen == generation && !s.early_ok);
+        Some(if retry {
+            t
+        } else {
+            t.saturating_sub(self.slack_ns)
+        })
+    }
+
+    /// Whether a beat (early by the slack, a retry at its due time) or a
+    /// watch is due at `now`.
+    fn something_due(&self, now: u64) -> bool {
+        self.beat_fire_at().is_some_and(|t| t <= now)
+            || self
+                .watches
+                .peek()
+                .is_some_and(|Reverse((t, _, _, _))| *t <= now)
+    }
+
+    /// The slack is the largest recent delay between the instant the timer
+    /// meant to act and the instant it did (an oversleep, or a beat sent
+    /// late), decaying by 1/8 every [`SLACK_DECAY_NS`].
+    fn raise_slack(&mut self, delay_ns: u64) {
+        let now = clock::now_ns();
+        if now >= self.slack_decay_at_ns {
+            self.slack_ns -= self.slack_ns / 8;
+            self.slack_decay_at_ns = now.saturating_add(SLACK_DECAY_NS);
+        }
+        self.slack_ns = self
+            .slack_ns
+            .max(delay_ns)
+            .clamp(MIN_TIMER_SLACK_NS, MAX_TIMER_SLACK_NS);
     }
 
     pub(crate) fn run(mut self) {
@@ -324,8 +382,12 @@ impl Timer {
                 Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(cmd) => {
                     self.handle(cmd);
-                    // Drain a batch: many completions arrive together.
-                    for _ in 0..COMMAND_BATCH {
+                    // Drain a batch: many completions arrive together; stop
+                    // early when a beat or a watch falls due meanwhile.
+                    for i in 1..=COMMAND_BATCH {
+                        if i % DUE_CHECK_EVERY == 0 && self.something_due(clock::now_ns()) {
+                            break;
+                        }
                         match self.commands.try_recv() {
                             Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => {
                                 break 'outer;
@@ -338,9 +400,7 @@ impl Timer {
                 Err(RecvTimeoutError::Timeout) => {
                     if next.is_some() && !wait.is_zero() {
                         let over = clock::now_ns().saturating_sub(now + wait.as_nanos() as u64);
-                        self.slack_ns = (self.slack_ns - self.slack_ns / 8)
-                            .max(over)
-                            .clamp(MIN_TIMER_SLACK_NS, MAX_TIMER_SLACK_NS);
+                        self.raise_slack(over);
                     }
                 }
             }
@@ -367,7 +427,7 @@ impl Timer {
                     .last_decision()
                     .filter(|d| d.stop_reason().is_none())
                     .map(|d| (d.outcome == OutcomeClass::Success, d.proven_until_ns));
-                let mut slot = Slot {
+                let mut slot = Box::new(Slot {
                     base,
                     hb: *hb,
                     in_flight: None,
@@ -380,15 +440,16 @@ impl Timer {
                     succeeded: false,
                     late_reported: false,
                     proven_reported: false,
-                };
-                if let Some(w) =
-                    seed.and_then(|(success, proven)| slot.rearm_proven(success, proven))
-                {
-                    self.watches
-                        .push(Reverse((w.0, Watch::Proven, lease.0, w.1)));
-                }
+                    proven_queued_ns: None,
+                    early_ok: false,
+                });
+                let armed = seed.and_then(|(success, proven)| slot.rearm_proven(success, proven));
                 self.leases.insert(lease, slot);
-                self.schedule_send(lease, kind, Some(due_ns));
+                if let Some((at, _)) = armed {
+                    self.queue_proven(lease, at);
+                }
+                let early_ok = seed.is_some_and(|(success, _)| success);
+                self.schedule_send(lease, kind, Some(due_ns), early_ok);
             }
             Command::Cancel(lease) => self.cancel(lease),
             Command::Done(c) => {
@@ -410,10 +471,17 @@ impl Timer {
 
     /// Queues the lease's next send (after a decision or a start): creates
     /// go to the FIFO, extends to the beat heap with a late-beat watch.
-    fn schedule_send(&mut self, lease: LeaseHandle, kind: AttemptKind, at_ns: Option<u64>) {
+    fn schedule_send(
+        &mut self,
+        lease: LeaseHandle,
+        kind: AttemptKind,
+        at_ns: Option<u64>,
+        early_ok: bool,
+    ) {
         let Some(slot) = self.leases.get_mut(&lease) else {
             return;
         };
+        slot.early_ok = early_ok;
         slot.send_gen = slot.send_gen.wrapping_add(1);
         slot.late_reported = false;
         let generation = slot.send_gen;
@@ -425,16 +493,12 @@ impl Timer {
         slot.due_ns = at;
         match kind {
             AttemptKind::Create => self.creates.push_back((lease, generation)),
-            AttemptKind::Extend => {
-                self.beats.push(Reverse((at, lease.0, generation)));
-                let late_at = at
-                    .saturating_add(ms_to_ns(slot.margin_ms))
-                    .saturating_add(1);
-                if late_at != u64::MAX {
-                    self.watches
-                        .push(Reverse((late_at, Watch::Late, lease.0, generation)));
-                }
-            }
+            // The late-beat check rides on the beat itself: the timer
+            // thread pops a beat and sends it in the same pass, and
+            // `dispatch` reports `late_beat` when that is past due + margin.
+            // Only a beat that is popped but *not* sent (the test hold)
+            // gets a watch of its own, in `fire_due`.
+            AttemptKind::Extend => self.beats.push(Reverse((at, lease.0, generation))),
         }
     }
 
@@ -446,11 +510,11 @@ impl Timer {
                 break;
             }
             self.watches.pop();
-            self.watch(LeaseHandle(lease), what, generation, now);
+            self.watch(LeaseHandle(lease), what, generation, t, now);
         }
         // Beats of live leases, earliest due first.
         while let Some(Reverse((t, lease, generation))) = self.beats.peek().copied() {
-            if t.saturating_sub(self.slack_ns) > now {
+            if self.beat_fire_at().is_none_or(|f| f > now) {
                 break;
             }
             self.beats.pop();
@@ -464,6 +528,13 @@ impl Timer {
             }
             if self.hold {
                 self.held.push((lease, generation));
+                if let Some(slot) = self.leases.get(&lease) {
+                    let late_at = t.saturating_add(ms_to_ns(slot.margin_ms)).saturating_add(1);
+                    if late_at != u64::MAX {
+                        self.watches
+                            .push(Reverse((late_at, Watch::Late, lease.0, generation)));
+                    }
+                }
                 continue;
             }
             self.dispatch(lease);
@@ -481,16 +552,48 @@ impl Timer {
                 self.dispatch(lease);
             }
         }
+        // The FIFO held a whole ramp-up: give its buffer back once drained.
+        if self.creates.is_empty() && self.creates.capacity() > 1024 {
+            self.creates = VecDeque::new();
+        }
     }
 
-    fn watch(&mut self, lease: LeaseHandle, what: Watch, generation: u32, now: u64) {
+    /// Makes sure a `Watch::Proven` entry at or before `at` is queued for the
+    /// lease (at most one new entry; none if one is already queued earlier).
+    fn queue_proven(&mut self, lease: LeaseHandle, at: u64) {
+        let Some(slot) = self.leases.get_mut(&lease) else {
+            return;
+        };
+        if slot.proven_queued_ns.is_some_and(|q| q <= at) {
+            return;
+        }
+        slot.proven_queued_ns = Some(at);
+        self.watches
+            .push(Reverse((at, Watch::Proven, lease.0, slot.proven_gen)));
+    }
+
+    fn watch(&mut self, lease: LeaseHandle, what: Watch, generation: u32, at: u64, now: u64) {
         let Some(slot) = self.leases.get_mut(&lease) else {
             return;
         };
         let reason = match what {
             Watch::Proven => {
-                if slot.proven_gen != generation || slot.proven_reported {
-                    return;
+                // `generation` is not needed: the slot's armed instant is
+                // the truth; this entry only wakes the check up.
+                let _ = generation;
+                if slot.proven_queued_ns == Some(at) {
+                    slot.proven_queued_ns = None;
+                }
+                let armed = slot.proven_watch_ns.filter(|w| *w != u64::MAX);
+                match armed {
+                    None => return,
+                    Some(_) if slot.proven_reported => return,
+                    Some(w) if w > now => {
+                        // Re-armed later since this entry was queued.
+                        self.queue_proven(lease, w);
+                        return;
+                    }
+                    Some(_) => {}
                 }
                 slot.proven_reported = true;
                 JeopardyReason::ProvenUntilReached
@@ -552,6 +655,15 @@ impl Timer {
         let slot = self.leases.get_mut(&lease).expect("looked up above");
         let now = clock::now_ns().max(slot.hb.last_event_ns());
         let due_ns = slot.due_ns;
+        // How much later than meant (due minus the slack) this beat goes
+        // out: raises the slack so the next beats leave that much earlier.
+        let meant = if slot.early_ok {
+            due_ns.saturating_sub(self.slack_ns)
+        } else {
+            due_ns
+        };
+        let delay = (attempt.kind == AttemptKind::Extend && due_ns != u64::MAX && !self.hold)
+            .then(|| now.saturating_sub(meant));
         let late = attempt.kind == AttemptKind::Extend
             && !slot.late_reported
             && now > due_ns.saturating_add(ms_to_ns(slot.margin_ms));
@@ -561,6 +673,9 @@ impl Timer {
         if let Err(e) = slot.hb.handle_sent(attempt.id, now) {
             self.core_error(lease, e);
             return;
+        }
+        if let Some(d) = delay {
+            self.raise_slack(d);
         }
         if late {
             self.jeopardy(lease, JeopardyReason::LateBeat, now);
@@ -700,13 +815,13 @@ impl Timer {
                     slot.margin_ms = m;
                 }
                 let success = decision.outcome == OutcomeClass::Success;
-                if let Some(w) = slot.rearm_proven(success, decision.proven_until_ns) {
-                    self.watches
-                        .push(Reverse((w.0, Watch::Proven, lease.0, w.1)));
+                if let Some((at, _)) = slot.rearm_proven(success, decision.proven_until_ns) {
+                    self.queue_proven(lease, at);
                 }
             }
             if let Next::Send(kind) = decision.next {
-                self.schedule_send(lease, kind, decision.at_ns);
+                let early_ok = decision.outcome == OutcomeClass::Success;
+                self.schedule_send(lease, kind, decision.at_ns, early_ok);
             }
         }
         let _ = self.events.send(Event::Decision {
@@ -750,6 +865,8 @@ mod tests {
             succeeded: false,
             late_reported: false,
             proven_reported: false,
+            proven_queued_ns: None,
+            early_ok: false,
         }
     }
 
