@@ -1,0 +1,349 @@
+#!/usr/bin/env bash
+# Builds the release artifacts of every language into target/dist/ and checks
+# each one against the platform it claims.
+#
+#   scripts/package.sh            build everything (Linux x86_64 host; see below)
+#   scripts/package.sh --check    smoke check only: tools present, the release
+#                                 workflow valid (actionlint), manifests consistent
+#
+# Linux targets, cross-compiled with zig (ziglang from PyPI, through maturin
+# --zig and cargo-zigbuild): x86_64 and aarch64, glibc 2.17 (manylinux2014)
+# and musl (musllinux_1_2).
+#   python: 4 abi3 wheels (manylinux2014 / musllinux_1_2 x x86_64 / aarch64)
+#           + the sdist; tags confirmed with `auditwheel show`; the x86_64
+#           manylinux wheel installed in a fresh venv and the pytest suite run
+#   node:   leasebeat-<v>.tgz (optionalDependencies on the four
+#           @leasebeat/linux-* packages) + one tarball per platform; the
+#           main tarball and the x64-gnu one installed into a fresh project
+#           and the node --test suite run
+#   jvm:    leasebeat-<v>.jar with native/linux-x86_64 and native/linux-aarch64,
+#           -sources.jar, -javadoc.jar, the POM; the jar runs examples/JarSmoke.java
+#   c:      leasebeat-<v>-<arch>-linux-gnu.tar.gz (ffi-c/install.sh layout);
+#           the x86_64 one is unpacked and a pkg-config consumer built and run
+#   rust:   cargo package -p leasebeat (the .crate)
+# Every ELF file shipped is checked: e_machine, and the highest GLIBC_x.y
+# symbol version (<= 2.17) or the musl loader it needs.
+# Other hosts (macOS, Windows) are built by .github/workflows/release.yml.
+#
+# Installs (idempotent): rustup targets x86_64-unknown-linux-musl,
+# aarch64-unknown-linux-gnu, aarch64-unknown-linux-musl; a tools venv at
+# target/packaging/tools with maturin, ziglang, cargo-zigbuild, auditwheel; the
+# actionlint binary through `go install` into target/packaging/gobin.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$(pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+case "$target" in /*) ;; *) target="$root/$target" ;; esac
+
+mode=build
+case "${1:-}" in
+  "") ;;
+  --check) mode=check ;;
+  *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+esac
+
+MATURIN_PIN=maturin==1.16.0
+ZIG_PIN=ziglang==0.17.0
+ZIGBUILD_PIN=cargo-zigbuild==0.24.0
+AUDITWHEEL_PIN=auditwheel==6.8.2
+PYTEST_PIN=pytest==9.2.0
+ACTIONLINT_MODULE=github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
+RUST_TARGETS=(x86_64-unknown-linux-gnu x86_64-unknown-linux-musl aarch64-unknown-linux-gnu aarch64-unknown-linux-musl)
+GLIBC_BASELINE=2.17
+
+tools="$target/packaging/tools"
+gobin="$target/packaging/gobin"
+dist="$target/dist"
+
+fail() { echo "package.sh: $*" >&2; exit 1; }
+
+install_tools() {
+  if command -v rustup >/dev/null 2>&1; then
+    local have
+    have="$(rustup target list --installed)"
+    for t in "${RUST_TARGETS[@]}"; do
+      grep -qx "$t" <<<"$have" || rustup target add "$t"
+    done
+  fi
+  if [ ! -x "$tools/bin/python" ]; then
+    python3 -m venv "$tools"
+  fi
+  "$tools/bin/python" -m pip install -q --disable-pip-version-check \
+    "$MATURIN_PIN" "$ZIG_PIN" "$ZIGBUILD_PIN" "$AUDITWHEEL_PIN"
+  if [ ! -x "$gobin/actionlint" ]; then
+    command -v go >/dev/null 2>&1 || fail "go is needed to install actionlint ($ACTIONLINT_MODULE)"
+    GOBIN="$gobin" go install "$ACTIONLINT_MODULE"
+  fi
+  export PATH="$tools/bin:$gobin:$PATH"
+}
+
+# json FILE EXPR: prints a field of a JSON file (EXPR is JavaScript over `j`).
+json() { node -e 'const j = require(process.argv[1]); console.log(eval(process.argv[2]))' "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")" "$2"; }
+
+check_tools_and_manifests() {
+  for t in "${RUST_TARGETS[@]}"; do
+    rustup target list --installed | grep -qx "$t" || fail "rust target $t missing"
+  done
+  for b in maturin cargo-zigbuild auditwheel python-zig actionlint readelf objdump node npm mvn; do
+    command -v "$b" >/dev/null 2>&1 || fail "tool missing: $b"
+  done
+  echo "tools: $(maturin --version), $(cargo zigbuild --version), zig $(python-zig version), auditwheel $(auditwheel --version | awk '{print $2}'), actionlint $(actionlint -version | head -n 1)"
+
+  actionlint .github/workflows/*.yml
+  echo "workflows: actionlint clean ($(ls .github/workflows/*.yml | tr '\n' ' '))"
+
+  version="$(cargo metadata --no-deps --format-version 1 --locked \
+    | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const m=JSON.parse(s);console.log(m.packages.find(p=>p.name==="leasebeat").version)})')"
+  [ -n "$version" ] || fail "cannot read the crate version"
+  local v
+  v="$(json node/package.json 'j.version')"; [ "$v" = "$version" ] || fail "node/package.json version $v, crate $version"
+  v="$(sed -n 's|^  <version>\(.*\)</version>$|\1|p' jvm/pom.xml | head -n 1)"; [ "$v" = "$version" ] || fail "jvm/pom.xml version $v, crate $version"
+  v="$(sed -n 's/^#define LEASEBEAT_VERSION "\(.*\)"$/\1/p' include/leasebeat.h)"; [ "$v" = "$version" ] || fail "include/leasebeat.h version $v, crate $version"
+  grep -q '^dynamic = \["version"\]' py/pyproject.toml || fail "py/pyproject.toml must take its version from Cargo (dynamic)"
+  # The napi targets, the npm/<platform> packages and the loader agree.
+  local targets platforms
+  targets="$(json node/package.json 'j.napi.targets.join(" ")')"
+  platforms=""
+  for t in $targets; do
+    case "$t" in
+      x86_64-unknown-linux-gnu) p=linux-x64-gnu ;;
+      x86_64-unknown-linux-musl) p=linux-x64-musl ;;
+      aarch64-unknown-linux-gnu) p=linux-arm64-gnu ;;
+      aarch64-unknown-linux-musl) p=linux-arm64-musl ;;
+      *) fail "node/package.json: napi target $t has no platform mapping in package.sh" ;;
+    esac
+    platforms="$platforms $p"
+    local pj="node/npm/$p/package.json"
+    [ -f "$pj" ] || fail "$pj missing (napi create-npm-dirs)"
+    [ "$(json "$pj" 'j.name')" = "@leasebeat/$p" ] || fail "$pj: name is not @leasebeat/$p"
+    [ "$(json "$pj" 'j.version')" = "$version" ] || fail "$pj: version is not $version"
+    [ "$(json "$pj" 'j.main')" = "leasebeat.$p.node" ] || fail "$pj: main is not leasebeat.$p.node"
+    grep -qF "require('@leasebeat/$p')" node/index.js || fail "node/index.js does not load @leasebeat/$p"
+  done
+  NODE_PLATFORMS="$platforms"
+  echo "manifests: version $version everywhere; npm platforms:$platforms"
+}
+
+# check_elf FILE ARCH LIBC: ARCH x86_64|aarch64, LIBC gnu|musl. Fails unless the
+# ELF header's machine is ARCH and, for gnu, no symbol needs a glibc newer than
+# $GLIBC_BASELINE; for musl, it needs no glibc symbol and links the musl loader.
+checked_elves=0
+check_elf() {
+  local f=$1 arch=$2 libc=$3 machine want maxg
+  machine="$(LC_ALL=C readelf -h "$f" | sed -n 's/^ *Machine: *//p')"
+  case "$arch" in
+    x86_64) want="Advanced Micro Devices X86-64" ;;
+    aarch64) want="AArch64" ;;
+  esac
+  [ "$machine" = "$want" ] || fail "$f: ELF machine '$machine', claims $arch"
+  maxg="$(LC_ALL=C objdump -T "$f" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)"
+  if [ "$libc" = gnu ]; then
+    [ -n "$maxg" ] || fail "$f: no GLIBC symbol versions (not a glibc build?)"
+    [ "$(printf '%s\n%s\n' "$maxg" "$GLIBC_BASELINE" | sort -V | tail -n 1)" = "$GLIBC_BASELINE" ] \
+      || fail "$f: needs GLIBC_$maxg, newer than the $GLIBC_BASELINE baseline"
+    echo "  elf ok: $(basename "$f"): $arch, max GLIBC_$maxg"
+  else
+    [ -z "$maxg" ] || fail "$f: claims musl but needs GLIBC_$maxg"
+    LC_ALL=C readelf -d "$f" | grep -q 'NEEDED.*\[libc\.so\]\|NEEDED.*libc\.musl' \
+      || fail "$f: claims musl but does not link musl's libc"
+    echo "  elf ok: $(basename "$f"): $arch, musl"
+  fi
+  checked_elves=$((checked_elves + 1))
+}
+
+# triple_of ARCH LIBC
+triple_of() { echo "$1-unknown-linux-$2"; }
+
+# cdylib CRATE ARCH LIBC: cross-builds CRATE (release) and prints its output directory.
+cdylib() {
+  local crate=$1 arch=$2 libc=$3 t
+  t="$(triple_of "$arch" "$libc")"
+  local zt=$t
+  [ "$libc" = gnu ] && zt="$t.$GLIBC_BASELINE"
+  # musl: a dynamically linked cdylib (rustc defaults musl to static crt).
+  local rf=""
+  [ "$libc" = musl ] && rf="-C target-feature=-crt-static"
+  RUSTFLAGS="$rf" cargo zigbuild --release --locked -q -p "$crate" --target "$zt" >&2
+  echo "$target/$t/release"
+}
+
+build_python() {
+  echo "==> python: wheels (maturin --zig) and sdist"
+  local out="$dist/python"
+  rm -rf "$out"; mkdir -p "$out"
+  for arch in x86_64 aarch64; do
+    (cd py && maturin build --release --locked --zig --target "$(triple_of "$arch" gnu)" \
+      --compatibility manylinux2014 --out "$out")
+    (cd py && maturin build --release --locked --zig --target "$(triple_of "$arch" musl)" \
+      --compatibility musllinux_1_2 --out "$out")
+  done
+  (cd py && maturin sdist --out "$out")
+  local want
+  for arch in x86_64 aarch64; do
+    for tag in manylinux_2_17 musllinux_1_2; do
+      local whl
+      whl="$(ls "$out"/leasebeat-"$version"-cp310-abi3-*"${tag}_$arch"*.whl 2>/dev/null | head -n 1)"
+      [ -n "$whl" ] || fail "no $tag $arch wheel in $out: $(ls "$out")"
+      want="${tag}_$arch"
+      auditwheel show "$whl" >"$out/auditwheel.txt" 2>&1 || { cat "$out/auditwheel.txt"; fail "auditwheel show $whl"; }
+      grep -q "consistent with the following platform tag: \"$want\"" "$out/auditwheel.txt" \
+        || { cat "$out/auditwheel.txt"; fail "$whl: auditwheel does not confirm $want"; }
+      echo "  auditwheel: $(basename "$whl"): $want"
+      local x="$out/x-$want"
+      rm -rf "$x"; mkdir -p "$x"
+      (cd "$x" && python3 -m zipfile -e "$whl" .)
+      local so
+      so="$(ls "$x"/leasebeat/_leasebeat*.so)"
+      case "$tag" in manylinux*) check_elf "$so" "$arch" gnu ;; *) check_elf "$so" "$arch" musl ;; esac
+      rm -rf "$x"
+    done
+  done
+  rm -f "$out/auditwheel.txt"
+
+  echo "==> python: the sdist builds from source"
+  local sd
+  sd="$(ls "$out"/leasebeat-"$version".tar.gz)"
+  rm -rf "$target/packaging/py-sdist"; mkdir -p "$target/packaging/py-sdist"
+  tar -xzf "$sd" -C "$target/packaging/py-sdist"
+  (cd "$target/packaging/py-sdist/leasebeat-$version" && maturin build --release --out "$target/packaging/py-sdist/wheel" -q)
+  ls "$target"/package/py-sdist/wheel/leasebeat-"$version"-cp310-abi3-*.whl >/dev/null
+
+  echo "==> python: the manylinux2014 x86_64 wheel installed in a fresh venv, pytest"
+  local venv="$target/packaging/py-venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    "$(ls "$out"/leasebeat-*manylinux_2_17_x86_64*.whl)" "$PYTEST_PIN"
+  mkdir -p "$target/packaging/py-run"
+  (cd "$target/packaging/py-run" && LEASEBEAT_REQUIRE_INSTALLED=1 LEASEBEAT_VECTORS_DIR="$root/tests/vectors" \
+    PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" -m pytest -p no:cacheprovider --import-mode=importlib \
+    --rootdir "$root/py/tests" -q "$root/py/tests")
+  echo "  musllinux wheels: not run (no musl CPython can be had from the registries here)"
+}
+
+build_node() {
+  echo "==> node: per-platform packages and the main package"
+  local out="$dist/node" stage="$target/packaging/node-stage"
+  rm -rf "$out" "$stage"; mkdir -p "$out" "$stage"
+  (cd node && npm ci --no-audit --no-fund --loglevel=error)
+  for p in $NODE_PLATFORMS; do
+    local arch libc
+    case "$p" in
+      linux-x64-gnu) arch=x86_64 libc=gnu ;;
+      linux-x64-musl) arch=x86_64 libc=musl ;;
+      linux-arm64-gnu) arch=aarch64 libc=gnu ;;
+      linux-arm64-musl) arch=aarch64 libc=musl ;;
+    esac
+    local dir
+    dir="$(cdylib leasebeat-node "$arch" "$libc")"
+    mkdir -p "$stage/$p"
+    cp "node/npm/$p/package.json" "node/npm/$p/README.md" "$stage/$p/"
+    cp "$dir/libleasebeat_node.so" "$stage/$p/leasebeat.$p.node"
+    check_elf "$stage/$p/leasebeat.$p.node" "$arch" "$libc"
+    (cd "$stage/$p" && npm pack --silent --pack-destination "$out" >/dev/null)
+  done
+  # The main package: the loader and types, no binary; optionalDependencies on
+  # every platform package at the same version (what `napi prepublish` adds).
+  mkdir -p "$stage/main"
+  cp node/package.json node/index.js node/index.mjs node/index.d.ts node/README.md "$stage/main/"
+  (cd "$stage/main" && npm pkg delete devDependencies scripts \
+    && for p in $NODE_PLATFORMS; do npm pkg set "optionalDependencies.@leasebeat/$p=$version"; done \
+    && npm pack --silent --pack-destination "$out" >/dev/null)
+  ls -l "$out"
+  if tar -tzf "$out/leasebeat-$version.tgz" | grep -q '\.node$'; then fail "the main tarball must not contain a .node"; fi
+
+  echo "==> node: install leasebeat + @leasebeat/linux-x64-gnu from the tarballs, node --test"
+  local proj="$target/packaging/node-project"
+  rm -rf "$proj"; mkdir -p "$proj"
+  (cd "$proj" && npm init -y >/dev/null && npm pkg set private=true)
+  local lossless
+  lossless="$(json node/package.json "j.devDependencies['lossless-json']")"
+  (cd "$proj" && npm install --no-audit --no-fund --loglevel=error --save-exact \
+    "$out/leasebeat-linux-x64-gnu-$version.tgz" "$out/leasebeat-$version.tgz" "lossless-json@$lossless")
+  ls "$proj/node_modules/@leasebeat/linux-x64-gnu/leasebeat.linux-x64-gnu.node" >/dev/null
+  cp -R node/__test__ "$proj/__test__"
+  (cd "$proj" && node -e "const b=require('leasebeat'); const p=require.resolve('@leasebeat/linux-x64-gnu'); console.log('  loader resolved', p)")
+  (cd "$proj" && LEASEBEAT_VECTORS_DIR="$root/tests/vectors" LEASEBEAT_EXPECT_INSTALLED=1 \
+    node --test __test__/*.test.mjs __test__/*.test.cjs >"$target/packaging/node-test.tap" 2>&1) \
+    || { grep -n -A30 '^not ok\|^    not ok' "$target/packaging/node-test.tap" | head -100; fail "node --test failed"; }
+  tail -n 8 "$target/packaging/node-test.tap"
+  echo "  linux-x64-musl: not run (no musl Node.js can be had from the registries here)"
+}
+
+build_jvm() {
+  echo "==> jvm: libleasebeat_jni.so for linux-x86_64 and linux-aarch64 (glibc $GLIBC_BASELINE)"
+  local x64 arm out="$dist/jvm"
+  x64="$(cdylib leasebeat-jni x86_64 gnu)"
+  arm="$(cdylib leasebeat-jni aarch64 gnu)"
+  check_elf "$x64/libleasebeat_jni.so" x86_64 gnu
+  check_elf "$arm/libleasebeat_jni.so" aarch64 gnu
+  (cd jvm && mvn -B -q --no-transfer-progress -Dstyle.color=never -DskipTests \
+    -Dleasebeat.native.dir="$x64" -Dleasebeat.native.aarch64.dir="$arm" package)
+  rm -rf "$out"; mkdir -p "$out"
+  cp jvm/target/leasebeat-"$version".jar jvm/target/leasebeat-"$version"-sources.jar \
+    jvm/target/leasebeat-"$version"-javadoc.jar "$out/"
+  cp jvm/pom.xml "$out/leasebeat-$version.pom"
+  local jar="$out/leasebeat-$version.jar" x="$target/packaging/jar-x"
+  rm -rf "$x"; mkdir -p "$x"
+  (cd "$x" && unzip -q "$jar" 'native/*' META-INF/MANIFEST.MF)
+  check_elf "$x/native/linux-x86_64/libleasebeat_jni.so" x86_64 gnu
+  check_elf "$x/native/linux-aarch64/libleasebeat_jni.so" aarch64 gnu
+  grep -q '^Automatic-Module-Name: io.leasebeat' "$x/META-INF/MANIFEST.MF" || fail "$jar: no Automatic-Module-Name"
+  for tag in licenses scm developers; do grep -q "<$tag>" "$out/leasebeat-$version.pom" || fail "POM lacks <$tag>"; done
+  java -Djava.library.path=/nonexistent -cp "$jar" jvm/examples/JarSmoke.java
+  ls -l "$out"
+}
+
+build_c() {
+  echo "==> c: release tarballs (header, versioned .so, .a, pkg-config, CMake)"
+  local out="$dist/c"
+  rm -rf "$out"; mkdir -p "$out"
+  for arch in x86_64 aarch64; do
+    local dir name prefix
+    dir="$(cdylib leasebeat-ffi "$arch" gnu)"
+    name="leasebeat-$version-$arch-linux-gnu"
+    prefix="$target/packaging/c-stage/$name"
+    rm -rf "$prefix"
+    LEASEBEAT_LIB_DIR="$dir" ffi-c/install.sh "$prefix" >/dev/null
+    check_elf "$prefix/lib/libleasebeat.so.$version" "$arch" gnu
+    LC_ALL=C readelf -h "$prefix/lib/libleasebeat.a" 2>/dev/null | sed -n 's/^ *Machine: *//p' | sort -u \
+      | grep -qx "$( [ "$arch" = x86_64 ] && echo 'Advanced Micro Devices X86-64' || echo AArch64)" \
+      || fail "$prefix/lib/libleasebeat.a: wrong machine"
+    tar -C "$target/packaging/c-stage" -czf "$out/$name.tar.gz" "$name"
+    echo "  $name.tar.gz: $(tar -tzf "$out/$name.tar.gz" | grep -v '/$' | sed "s|^$name/||" | tr '\n' ' ')"
+  done
+  echo "==> c: the x86_64 tarball, unpacked elsewhere, serves a pkg-config consumer"
+  local u="$target/packaging/c-unpacked"
+  rm -rf "$u"; mkdir -p "$u"
+  tar -xzf "$out/leasebeat-$version-x86_64-linux-gnu.tar.gz" -C "$u"
+  local pfx="$u/leasebeat-$version-x86_64-linux-gnu"
+  read -r -a flags <<<"$(PKG_CONFIG_PATH="$pfx/lib/pkgconfig" pkg-config --cflags --libs leasebeat)"
+  cc -std=c11 -Wall -Wextra -Werror tests/c/consumer/consumer.c "${flags[@]}" -o "$u/consumer"
+  LD_LIBRARY_PATH="$pfx/lib" "$u/consumer"
+}
+
+build_rust() {
+  echo "==> rust: cargo package -p leasebeat"
+  local out="$dist/rust"
+  rm -rf "$out"; mkdir -p "$out"
+  cargo package --locked -p leasebeat
+  cp "$target/package/leasebeat-$version.crate" "$out/"
+  ls -l "$out"
+}
+
+start=$(date +%s)
+install_tools
+check_tools_and_manifests
+if [ "$mode" = check ]; then
+  echo "package.sh --check: ok ($(( $(date +%s) - start )) s)"
+  exit 0
+fi
+mkdir -p "$dist"
+build_rust
+build_c
+build_jvm
+build_python
+build_node
+echo "==> artifacts in $dist"
+(cd "$dist" && find . -type f | sort)
+echo "package.sh: $checked_elves ELF files checked; done in $(( $(date +%s) - start )) s"
