@@ -87,7 +87,7 @@ check_tools_and_manifests() {
   for b in maturin cargo-zigbuild auditwheel python-zig actionlint readelf objdump node npm mvn; do
     command -v "$b" >/dev/null 2>&1 || fail "tool missing: $b"
   done
-  echo "tools: $(maturin --version), $(cargo zigbuild --version), zig $(python-zig version), auditwheel $(auditwheel --version | awk '{print $2}'), actionlint $(actionlint -version | head -n 1)"
+  echo "tools: $(maturin --version), cargo-zigbuild $(cargo-zigbuild --version | awk "{print \$2}"), zig $(python-zig version), auditwheel present, actionlint $(actionlint -version | head -n 1)"
 
   actionlint .github/workflows/*.yml
   echo "workflows: actionlint clean ($(ls .github/workflows/*.yml | tr '\n' ' '))"
