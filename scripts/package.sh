@@ -186,7 +186,7 @@ build_python() {
       [ -n "$whl" ] || fail "no $tag $arch wheel in $out: $(ls "$out")"
       want="${tag}_$arch"
       auditwheel show "$whl" >"$out/auditwheel.txt" 2>&1 || { cat "$out/auditwheel.txt"; fail "auditwheel show $whl"; }
-      grep -q "consistent with the following platform tag: \"$want\"" "$out/auditwheel.txt" \
+      tr -s '\n' ' ' <"$out/auditwheel.txt" | grep -qF "consistent with the following platform tag: \"$want\"" \
         || { cat "$out/auditwheel.txt"; fail "$whl: auditwheel does not confirm $want"; }
       echo "  auditwheel: $(basename "$whl"): $want"
       local x="$out/x-$want"
