@@ -36,17 +36,26 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 case "$target" in /*) ;; *) target="$root/$target" ;; esac
 
 mode=build
-case "${1:-}" in
-  "") ;;
-  --check) mode=check ;;
-  *) echo "usage: $0 [--check]" >&2; exit 2 ;;
-esac
+# --only rust,c,jvm,python,node: build (and check) only those parts, e.g. to
+# redo one after a fix; the default is all of them.
+only="rust,c,jvm,python,node"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --check) mode=check ;;
+    --only) [ $# -ge 2 ] || { echo "usage: $0 [--check] [--only rust,c,jvm,python,node]" >&2; exit 2; }
+      only="$2"; shift ;;
+    *) echo "usage: $0 [--check] [--only rust,c,jvm,python,node]" >&2; exit 2 ;;
+  esac
+  shift
+done
+wanted() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 MATURIN_PIN=maturin==1.16.0
 ZIG_PIN=ziglang==0.17.0
 ZIGBUILD_PIN=cargo-zigbuild==0.24.0
 AUDITWHEEL_PIN=auditwheel==6.8.2
 PYTEST_PIN=pytest==9.2.0
+HTTPX_PIN=httpx==0.28.1  # the leasebeat[httpx] extra, as scripts/test-python.sh
 ACTIONLINT_MODULE=github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 RUST_TARGETS=(x86_64-unknown-linux-gnu x86_64-unknown-linux-musl aarch64-unknown-linux-gnu aarch64-unknown-linux-musl)
 GLIBC_BASELINE=2.17
@@ -151,6 +160,24 @@ check_elf() {
   checked_elves=$((checked_elves + 1))
 }
 
+# musl_link_check FILE HOST_SYMBOLS: no musl Python or Node.js can be had here,
+# so an x86_64 musl extension is at least linked by musl's own dynamic loader
+# (Debian's `musl` package): every symbol must resolve in musl's libc except
+# those the host program provides (HOST_SYMBOLS, an extended regex).
+musl_link_check() {
+  local f=$1 host=$2 ld=/lib/ld-musl-x86_64.so.1 report bad unresolved
+  if [ ! -x "$ld" ]; then
+    echo "  musl loader check: skipped ($ld missing: apt-get install musl)"
+    return 0
+  fi
+  report="$("$ld" --list "$f" 2>&1 || true)"
+  unresolved="$(grep -c 'symbol not found' <<<"$report" || true)"
+  bad="$(grep -iE 'error|not found' <<<"$report" | grep -vE ": ($host): symbol not found$" || true)"
+  [ -z "$bad" ] || { echo "$report" | head -40; fail "$f: musl's loader cannot link it: $bad"; }
+  grep -q 'libc' <<<"$report" || { echo "$report"; fail "$f: musl's loader did not map libc"; }
+  echo "  musl loader: $(basename "$f"): links against musl $("$ld" 2>&1 | sed -n 's/^Version //p'), $unresolved symbols left to the host program"
+}
+
 # triple_of ARCH LIBC
 triple_of() { echo "$1-unknown-linux-$2"; }
 
@@ -202,30 +229,46 @@ build_python() {
       local so
       so="$(ls "$x"/leasebeat/_leasebeat*.so)"
       case "$tag" in manylinux*) check_elf "$so" "$arch" gnu ;; *) check_elf "$so" "$arch" musl ;; esac
+      if [ "$tag" = musllinux_1_2 ] && [ "$arch" = x86_64 ]; then musl_link_check "$so" '_?Py[A-Za-z0-9_]*'; fi
       rm -rf "$x"
     done
   done
   rm -f "$out/auditwheel.txt"
 
-  echo "==> python: the sdist builds from source"
-  local sd
+  echo "==> python: the sdist builds from source (pip install of the sdist in a fresh venv)"
+  local sd sdvenv="$target/packaging/py-sdist-venv"
   sd="$(ls "$out"/leasebeat-"$version".tar.gz)"
-  rm -rf "$target/packaging/py-sdist"; mkdir -p "$target/packaging/py-sdist"
-  tar -xzf "$sd" -C "$target/packaging/py-sdist"
-  (cd "$target/packaging/py-sdist/leasebeat-$version" && maturin build --release --out "$target/packaging/py-sdist/wheel" -q)
-  ls "$target"/package/py-sdist/wheel/leasebeat-"$version"-cp310-abi3-*.whl >/dev/null
+  tar -tzf "$sd" | grep -q "^leasebeat-$version/pyproject.toml$" || fail "$sd: no pyproject.toml"
+  rm -rf "$sdvenv"
+  python3 -m venv "$sdvenv"
+  # pip builds it in an isolated environment (maturin from build-system.requires,
+  # then cargo on the sources in the sdist). CARGO_TARGET_DIR only keeps the
+  # compiled crates between runs of this script.
+  CARGO_TARGET_DIR="$target/packaging/py-sdist-target" "$sdvenv/bin/python" -m pip install -q \
+    --disable-pip-version-check --no-binary leasebeat "$sd"
+  (cd "$target/packaging" && "$sdvenv/bin/python" -c '
+import leasebeat, sys
+assert "site-packages" in leasebeat.__file__, leasebeat.__file__
+h = leasebeat.Heartbeat
+print("  sdist build imports:", leasebeat.__file__)
+')
 
   echo "==> python: the manylinux2014 x86_64 wheel installed in a fresh venv, pytest"
   local venv="$target/packaging/py-venv"
   rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    "$(ls "$out"/leasebeat-*manylinux_2_17_x86_64*.whl)" "$PYTEST_PIN"
-  mkdir -p "$target/packaging/py-run"
-  (cd "$target/packaging/py-run" && LEASEBEAT_REQUIRE_INSTALLED=1 LEASEBEAT_VECTORS_DIR="$root/tests/vectors" \
-    PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" -m pytest -p no:cacheprovider --import-mode=importlib \
-    --rootdir "$root/py/tests" -q "$root/py/tests")
-  echo "  musllinux wheels: not run (no musl CPython can be had from the registries here)"
+    "$(ls "$out"/leasebeat-*manylinux_2_17_x86_64*.whl)" "$PYTEST_PIN" "$HTTPX_PIN"
+  rm -rf "$target/packaging/py-run"; mkdir -p "$target/packaging/py-run"
+  local log="$target/packaging/py-pytest.log"
+  if ! (cd "$target/packaging/py-run" && LEASEBEAT_REQUIRE_INSTALLED=1 LEASEBEAT_VECTORS_DIR="$root/tests/vectors" \
+    LEASEBEAT_BIN="$CLI_BIN" PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" -m pytest -p no:cacheprovider \
+    --import-mode=importlib --rootdir "$root/py/tests" -q -ra "$root/py/tests") >"$log" 2>&1; then
+    tail -n 60 "$log"; fail "pytest against the installed manylinux x86_64 wheel failed"
+  fi
+  tail -n 3 "$log"
+  echo "  musllinux wheels: no musl CPython can be had from the registries here; the x86_64 one"
+  echo "  was linked by musl's own loader instead (musl_link_check above)"
 }
 
 build_node() {
@@ -247,34 +290,60 @@ build_node() {
     cp "node/npm/$p/package.json" "node/npm/$p/README.md" "$stage/$p/"
     cp "$dir/libleasebeat_node.so" "$stage/$p/leasebeat.$p.node"
     check_elf "$stage/$p/leasebeat.$p.node" "$arch" "$libc"
+    if [ "$p" = linux-x64-musl ]; then musl_link_check "$stage/$p/leasebeat.$p.node" 'napi_[a-z0-9_]+|node_api_[a-z0-9_]+'; fi
     (cd "$stage/$p" && npm pack --silent --pack-destination "$out" >/dev/null)
   done
-  # The main package: the loader and types, no binary; optionalDependencies on
-  # every platform package at the same version (what `napi prepublish` adds).
+  # The main package: the loader, the runner and the types, no binary;
+  # optionalDependencies on every platform package at the same version (what
+  # `napi prepublish` adds). The file list is package.json's own "files".
   mkdir -p "$stage/main"
-  cp node/package.json node/index.js node/index.mjs node/index.d.ts node/README.md "$stage/main/"
+  local f
+  for f in $(json node/package.json 'j.files.filter(f => !f.includes("*")).join(" ")'); do
+    cp "node/$f" "$stage/main/"
+  done
   (cd "$stage/main" && npm pkg delete devDependencies scripts \
     && for p in $NODE_PLATFORMS; do npm pkg set "optionalDependencies.@leasebeat/$p=$version"; done \
     && npm pack --silent --pack-destination "$out" >/dev/null)
   ls -l "$out"
   if tar -tzf "$out/leasebeat-$version.tgz" | grep -q '\.node$'; then fail "the main tarball must not contain a .node"; fi
+  for p in $NODE_PLATFORMS; do
+    tar -tzf "$out/leasebeat-$p-$version.tgz" | grep -qx "package/leasebeat.$p.node" \
+      || fail "leasebeat-$p-$version.tgz lacks leasebeat.$p.node"
+  done
 
   echo "==> node: install leasebeat + @leasebeat/linux-x64-gnu from the tarballs, node --test"
   local proj="$target/packaging/node-project"
   rm -rf "$proj"; mkdir -p "$proj"
-  (cd "$proj" && npm init -y >/dev/null && npm pkg set private=true)
+  cat >"$proj/package.json" <<'JSON'
+{ "name": "leasebeat-consumer", "version": "0.0.0", "private": true }
+JSON
   local lossless
   lossless="$(json node/package.json "j.devDependencies['lossless-json']")"
+  # The other platforms' optional packages are not published: npm skips them
+  # (wrong os/cpu/libc, or not found, which is allowed for an optional dependency).
   (cd "$proj" && npm install --no-audit --no-fund --loglevel=error --save-exact \
     "$out/leasebeat-linux-x64-gnu-$version.tgz" "$out/leasebeat-$version.tgz" "lossless-json@$lossless")
   ls "$proj/node_modules/@leasebeat/linux-x64-gnu/leasebeat.linux-x64-gnu.node" >/dev/null
+  if ls "$proj"/node_modules/leasebeat/*.node >/dev/null 2>&1; then fail "installed leasebeat holds a .node"; fi
   cp -R node/__test__ "$proj/__test__"
-  (cd "$proj" && node -e "const b=require('leasebeat'); const p=require.resolve('@leasebeat/linux-x64-gnu'); console.log('  loader resolved', p)")
-  (cd "$proj" && LEASEBEAT_VECTORS_DIR="$root/tests/vectors" LEASEBEAT_EXPECT_INSTALLED=1 \
-    node --test __test__/*.test.mjs __test__/*.test.cjs >"$target/packaging/node-test.tap" 2>&1) \
-    || { grep -n -A30 '^not ok\|^    not ok' "$target/packaging/node-test.tap" | head -100; fail "node --test failed"; }
-  tail -n 8 "$target/packaging/node-test.tap"
-  echo "  linux-x64-musl: not run (no musl Node.js can be had from the registries here)"
+  # The loader must have taken the addon from @leasebeat/linux-x64-gnu.
+  (cd "$proj" && node -e '
+const lb = require("leasebeat")
+const addon = require.resolve("@leasebeat/linux-x64-gnu")
+const loaded = Object.keys(require.cache).filter(k => k.endsWith(".node"))
+if (!loaded.includes(addon)) { console.error("loaded", loaded, "not", addon); process.exit(1) }
+if (typeof lb.Heartbeat !== "function" || typeof lb.runHeartbeat !== "function") process.exit(1)
+console.log("  require(\"leasebeat\") loaded", addon)
+')
+  (cd "$proj" && node --input-type=module -e 'import { Heartbeat, runHeartbeat } from "leasebeat"; if (!Heartbeat || !runHeartbeat) process.exit(1); console.log("  import \"leasebeat\": ok")')
+  local log="$target/packaging/node-test.tap"
+  if ! (cd "$proj" && LEASEBEAT_VECTORS_DIR="$root/tests/vectors" LEASEBEAT_EXPECT_INSTALLED=1 \
+    LEASEBEAT_BIN="$CLI_BIN" node --test --test-timeout=300000 __test__/*.test.mjs __test__/*.test.cjs) >"$log" 2>&1; then
+    grep -n -A30 '^not ok\|^    not ok' "$log" | head -100; fail "node --test failed"
+  fi
+  tail -n 8 "$log"
+  echo "  linux-x64-musl: no musl Node.js can be had from the registries here; the addon was"
+  echo "  linked by musl's own loader instead (musl_link_check above)"
 }
 
 build_jvm() {
@@ -284,8 +353,15 @@ build_jvm() {
   arm="$(cdylib leasebeat-jni aarch64 gnu)"
   check_elf "$x64/libleasebeat_jni.so" x86_64 gnu
   check_elf "$arm/libleasebeat_jni.so" aarch64 gnu
-  (cd jvm && mvn -B -q --no-transfer-progress -Dstyle.color=never -DskipTests \
-    -Dleasebeat.native.dir="$x64" -Dleasebeat.native.aarch64.dir="$arm" package)
+  # verify: Surefire runs the tests with the cross-built x86_64 library from
+  # java.library.path, Failsafe runs them all again against the packaged jar.
+  local log="$target/packaging/mvn.log"
+  if ! (cd jvm && mvn -B --no-transfer-progress -Dstyle.color=never \
+    -Dleasebeat.native.dir="$x64" -Dleasebeat.native.aarch64.dir="$arm" -Dleasebeat.cli="$CLI_BIN" \
+    -Dleasebeat.jar.tests.skip=false clean verify) >"$log" 2>&1; then
+    grep -n 'ERROR\|FAIL' "$log" | head -60; fail "mvn verify failed (log: $log)"
+  fi
+  grep -E '^\[(INFO|WARNING)\] Tests run:|maven-(surefire|failsafe)-plugin' "$log" | grep -v 'Time elapsed' | tail -n 8
   rm -rf "$out"; mkdir -p "$out"
   cp jvm/target/leasebeat-"$version".jar jvm/target/leasebeat-"$version"-sources.jar \
     jvm/target/leasebeat-"$version"-javadoc.jar "$out/"
@@ -297,6 +373,9 @@ build_jvm() {
   check_elf "$x/native/linux-aarch64/libleasebeat_jni.so" aarch64 gnu
   grep -q '^Automatic-Module-Name: io.leasebeat' "$x/META-INF/MANIFEST.MF" || fail "$jar: no Automatic-Module-Name"
   for tag in licenses scm developers; do grep -q "<$tag>" "$out/leasebeat-$version.pom" || fail "POM lacks <$tag>"; done
+  for f in "$out"/leasebeat-"$version"-sources.jar "$out"/leasebeat-"$version"-javadoc.jar; do
+    [ "$(unzip -l "$f" | grep -c 'io/leasebeat/Heartbeat\.\(java\|html\)')" -ge 1 ] || fail "$f lacks Heartbeat"
+  done
   java -Djava.library.path=/nonexistent -cp "$jar" jvm/examples/JarSmoke.java
   ls -l "$out"
 }
@@ -326,7 +405,17 @@ build_c() {
   local pfx="$u/leasebeat-$version-x86_64-linux-gnu"
   read -r -a flags <<<"$(PKG_CONFIG_PATH="$pfx/lib/pkgconfig" pkg-config --cflags --libs leasebeat)"
   cc -std=c11 -Wall -Wextra -Werror tests/c/consumer/consumer.c "${flags[@]}" -o "$u/consumer"
-  LD_LIBRARY_PATH="$pfx/lib" "$u/consumer"
+  LD_LIBRARY_PATH="$pfx/lib" "$u/consumer" >/dev/null
+  echo "  pkg-config consumer: built against the unpacked tarball and run"
+  cmake -S tests/c/consumer -B "$u/cmake-build" -DCMAKE_PREFIX_PATH="$pfx" -DCMAKE_BUILD_TYPE=Release \
+    >"$u/cmake.log" 2>&1 || { cat "$u/cmake.log"; fail "cmake configure of the consumer"; }
+  cmake --build "$u/cmake-build" >"$u/cmake-build.log" 2>&1 || { cat "$u/cmake-build.log"; fail "cmake build of the consumer"; }
+  LD_LIBRARY_PATH="$pfx/lib" "$u/cmake-build/consumer_shared" >/dev/null
+  "$u/cmake-build/consumer_static" >/dev/null
+  if LC_ALL=C readelf -d "$u/cmake-build/consumer_static" | grep -q 'NEEDED.*libleasebeat'; then
+    fail "consumer_static needs a libleasebeat shared library"
+  fi
+  echo "  CMake consumer: find_package(leasebeat) -> leasebeat::leasebeat and leasebeat::leasebeat_static built and run"
 }
 
 build_rust() {
@@ -346,11 +435,21 @@ if [ "$mode" = check ]; then
   exit 0
 fi
 mkdir -p "$dist"
-build_rust
-build_c
-build_jvm
-build_python
-build_node
+# `leasebeat serve`, which the Python, Node and Java server-backed tests start.
+CLI_BIN="$target/release/leasebeat"
+if wanted python || wanted node || wanted jvm; then
+  cargo build --release --locked -q -p leasebeat-cli
+fi
+if [ ! -x /lib/ld-musl-x86_64.so.1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  apt-get install -y -q musl >/dev/null || echo "package.sh: could not install musl (Debian); the musl loader checks are skipped"
+fi
+for part in rust c jvm python node; do
+  if wanted "$part"; then
+    t0=$(date +%s)
+    "build_$part"
+    echo "==> $part: $(( $(date +%s) - t0 )) s"
+  fi
+done
 echo "==> artifacts in $dist"
 (cd "$dist" && find . -type f | sort)
 echo "package.sh: $checked_elves ELF files checked; done in $(( $(date +%s) - start )) s"
