@@ -42,9 +42,10 @@ only="rust,c,jvm,python,node"
 while [ $# -gt 0 ]; do
   case "$1" in
     --check) mode=check ;;
-    --only) [ $# -ge 2 ] || { echo "usage: $0 [--check] [--only rust,c,jvm,python,node]" >&2; exit 2; }
+    --host) mode=host ;;
+    --only) [ $# -ge 2 ] || { echo "usage: $0 [--check | --host] [--only rust,c,jvm,python,node]" >&2; exit 2; }
       only="$2"; shift ;;
-    *) echo "usage: $0 [--check] [--only rust,c,jvm,python,node]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--check | --host] [--only rust,c,jvm,python,node]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -67,6 +68,13 @@ dist="$target/dist"
 fail() { echo "package.sh: $*" >&2; exit 1; }
 
 install_tools() {
+  if [ "$mode" = host ]; then
+    # --host: only maturin; cargo, node/npm (and napi from node/'s devDependencies) are given.
+    local py=python3
+    command -v python3 >/dev/null 2>&1 && python3 -c 'import sys' >/dev/null 2>&1 || py=python
+    "$py" -m pip install -q --disable-pip-version-check "$MATURIN_PIN"
+    return 0
+  fi
   if command -v rustup >/dev/null 2>&1; then
     local have
     have="$(rustup target list --installed)"
@@ -110,18 +118,24 @@ check_tools_and_manifests() {
   v="$(sed -n 's/^#define LEASEBEAT_VERSION "\(.*\)"$/\1/p' include/leasebeat.h)"; [ "$v" = "$version" ] || fail "include/leasebeat.h version $v, crate $version"
   grep -q '^dynamic = \["version"\]' py/pyproject.toml || fail "py/pyproject.toml must take its version from Cargo (dynamic)"
   # The napi targets, the npm/<platform> packages and the loader agree.
-  local targets platforms
+  # NODE_PLATFORMS: the Linux ones, built here; ALL_NODE_PLATFORMS also those
+  # the release workflow builds on macOS and Windows (scripts/package.sh --host).
+  local targets platforms all
   targets="$(json node/package.json 'j.napi.targets.join(" ")')"
-  platforms=""
+  platforms="" all=""
   for t in $targets; do
     case "$t" in
       x86_64-unknown-linux-gnu) p=linux-x64-gnu ;;
       x86_64-unknown-linux-musl) p=linux-x64-musl ;;
       aarch64-unknown-linux-gnu) p=linux-arm64-gnu ;;
       aarch64-unknown-linux-musl) p=linux-arm64-musl ;;
+      x86_64-apple-darwin) p=darwin-x64 ;;
+      aarch64-apple-darwin) p=darwin-arm64 ;;
+      x86_64-pc-windows-msvc) p=win32-x64-msvc ;;
       *) fail "node/package.json: napi target $t has no platform mapping in package.sh" ;;
     esac
-    platforms="$platforms $p"
+    all="$all $p"
+    case "$p" in linux-*) platforms="$platforms $p" ;; esac
     local pj="node/npm/$p/package.json"
     [ -f "$pj" ] || fail "$pj missing (napi create-npm-dirs)"
     [ "$(json "$pj" 'j.name')" = "@leasebeat/$p" ] || fail "$pj: name is not @leasebeat/$p"
@@ -130,7 +144,8 @@ check_tools_and_manifests() {
     grep -qF "require('@leasebeat/$p')" node/index.js || fail "node/index.js does not load @leasebeat/$p"
   done
   NODE_PLATFORMS="$platforms"
-  echo "manifests: version $version everywhere; npm platforms:$platforms"
+  ALL_NODE_PLATFORMS="$all"
+  echo "manifests: version $version everywhere; npm platforms:$all (built here:$platforms)"
 }
 
 # check_elf FILE ARCH LIBC: ARCH x86_64|aarch64, LIBC gnu|musl. Fails unless the
@@ -302,7 +317,7 @@ build_node() {
     cp "node/$f" "$stage/main/"
   done
   (cd "$stage/main" && npm pkg delete devDependencies scripts \
-    && for p in $NODE_PLATFORMS; do npm pkg set "optionalDependencies.@leasebeat/$p=$version"; done \
+    && for p in $ALL_NODE_PLATFORMS; do npm pkg set "optionalDependencies.@leasebeat/$p=$version"; done \
     && npm pack --silent --pack-destination "$out" >/dev/null)
   ls -l "$out"
   if tar -tzf "$out/leasebeat-$version.tgz" | grep -q '\.node$'; then fail "the main tarball must not contain a .node"; fi
@@ -427,8 +442,67 @@ build_rust() {
   ls -l "$out"
 }
 
+
+# --host: the artifacts of the machine it runs on, built with the plain tools
+# (cargo, maturin, napi), for the release workflow's macOS and Windows runners
+# (it also runs on Linux, where it makes the host's linux-gnu artifacts). Into
+# target/dist/host-<triple>/: python/ the abi3 wheel; node/ the @leasebeat/<platform>
+# tarball; jvm/native/<os>-<arch>/ the JNI library (the release job adds it to the
+# jar); c/leasebeat-<v>-<triple>.tar.gz (include/, lib/ with the shared and the
+# static library). No ELF checks: those are the Linux build's.
+build_host() {
+  local t np jp out
+  t="$(rustc -vV | sed -n 's/^host: //p')"
+  case "$t" in
+    x86_64-apple-darwin) np=darwin-x64 jp=macos-x86_64 ;;
+    aarch64-apple-darwin) np=darwin-arm64 jp=macos-aarch64 ;;
+    x86_64-pc-windows-msvc) np=win32-x64-msvc jp=windows-x86_64 ;;
+    x86_64-unknown-linux-gnu) np=linux-x64-gnu jp=linux-x86_64 ;;
+    aarch64-unknown-linux-gnu) np=linux-arm64-gnu jp=linux-aarch64 ;;
+    *) fail "--host: no package names for host $t" ;;
+  esac
+  out="$dist/host-$t"
+  rm -rf "$out"; mkdir -p "$out/python" "$out/node" "$out/jvm/native/$jp" "$out/c"
+  echo "==> host $t: python wheel"
+  (cd py && maturin build --release --locked --out "$out/python")
+  echo "==> host $t: node @leasebeat/$np"
+  local stage="$target/packaging/host-node/$np"
+  rm -rf "$stage"; mkdir -p "$stage"
+  [ -f "node/npm/$np/package.json" ] || fail "node/npm/$np/package.json missing"
+  (cd node && npm ci --no-audit --no-fund --loglevel=error \
+    && npx --no-install napi build --platform --release --no-const-enum --target "$t" --output-dir "$stage" --no-js)
+  cp "node/npm/$np/package.json" "node/npm/$np/README.md" "$stage/"
+  [ -f "$stage/leasebeat.$np.node" ] || fail "napi build made no leasebeat.$np.node"
+  rm -f "$stage"/*.d.ts
+  (cd "$stage" && npm pack --silent --pack-destination "$out/node" >/dev/null)
+  echo "==> host $t: JNI and C libraries"
+  cargo build --release --locked -p leasebeat-jni -p leasebeat-ffi --target "$t"
+  local rel="$target/$t/release" f n=0
+  for f in libleasebeat_jni.so libleasebeat_jni.dylib leasebeat_jni.dll; do
+    if [ -f "$rel/$f" ]; then cp "$rel/$f" "$out/jvm/native/$jp/"; n=$((n + 1)); fi
+  done
+  [ "$n" = 1 ] || fail "no JNI library in $rel"
+  local name="leasebeat-$version-$t" c="$target/packaging/host-c"
+  rm -rf "$c"; mkdir -p "$c/$name/include" "$c/$name/lib"
+  cp include/leasebeat.h "$c/$name/include/"
+  n=0
+  for f in libleasebeat.so libleasebeat.dylib leasebeat.dll leasebeat.dll.lib libleasebeat.a leasebeat.lib; do
+    if [ -f "$rel/$f" ]; then cp "$rel/$f" "$c/$name/lib/"; n=$((n + 1)); fi
+  done
+  [ "$n" -ge 2 ] || fail "the C libraries are missing from $rel"
+  tar -C "$c" -czf "$out/c/$name.tar.gz" "$name"
+  (cd "$out" && find . -type f | sort)
+}
+
 start=$(date +%s)
 install_tools
+if [ "$mode" = host ]; then
+  version="$(cargo metadata --no-deps --format-version 1 --locked \
+    | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const m=JSON.parse(s);console.log(m.packages.find(p=>p.name==="leasebeat").version)})')"
+  build_host
+  echo "package.sh --host: done in $(( $(date +%s) - start )) s"
+  exit 0
+fi
 check_tools_and_manifests
 if [ "$mode" = check ]; then
   echo "package.sh --check: ok ($(( $(date +%s) - start )) s)"
