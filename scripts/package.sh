@@ -160,7 +160,7 @@ check_elf() {
     aarch64) want="AArch64" ;;
   esac
   [ "$machine" = "$want" ] || fail "$f: ELF machine '$machine', claims $arch"
-  maxg="$(LC_ALL=C objdump -T "$f" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)"
+  maxg="$(LC_ALL=C objdump -T "$f" | { grep -o 'GLIBC_[0-9][0-9.]*' || true; } | sed 's/GLIBC_//' | sort -uV | tail -n 1)"
   if [ "$libc" = gnu ]; then
     [ -n "$maxg" ] || fail "$f: no GLIBC symbol versions (not a glibc build?)"
     [ "$(printf '%s\n%s\n' "$maxg" "$GLIBC_BASELINE" | sort -V | tail -n 1)" = "$GLIBC_BASELINE" ] \
@@ -232,11 +232,23 @@ build_python() {
         tr -s '\n' ' ' <"$out/auditwheel.txt" | grep -qF "consistent with the following platform tag: \"$want\"" \
           || { cat "$out/auditwheel.txt"; fail "$whl: auditwheel does not confirm $want"; }
         echo "  auditwheel: $(basename "$whl"): $want"
+      elif [ "$arch" = x86_64 ] && [ -f /lib/x86_64-linux-musl/libc.so ]; then
+        # zig links musl's libc by its link name: NEEDED `libc.so`, which musl's
+        # loader maps to itself (musl_link_check below proves it) but which is not
+        # in auditwheel's musllinux list (it knows `libc.musl-x86_64.so.1`). So
+        # auditwheel (pointed at Debian's musl, else it parses glibc's libc.so
+        # linker script and crashes) must find no versioned symbol and no
+        # library but that one.
+        LD_LIBRARY_PATH=/lib/x86_64-linux-musl auditwheel show "$whl" >"$out/auditwheel.txt" 2>&1 \
+          || { cat "$out/auditwheel.txt"; fail "auditwheel show $whl"; }
+        local aw; aw="$(tr -s ' \n' '  ' <"$out/auditwheel.txt")"
+        grep -qF 'references no external versioned symbols' <<<"$aw" \
+          && grep -qF '{ "libc.so": "/lib/x86_64-linux-musl/libc.so" }' <<<"$aw" \
+          && grep -qE "the following shared library dependencies will need to be eliminated: libc.so ?$" <<<"$aw" \
+          || { cat "$out/auditwheel.txt"; fail "$whl: auditwheel finds more than musl's libc.so"; }
+        echo "  auditwheel: $(basename "$whl"): no versioned symbol, only musl's libc.so (NEEDED as libc.so)"
       else
-        # auditwheel show crashes on a glibc host for musl wheels (it resolves
-        # the musl `libc.so` NEEDED to glibc's linker script); check_elf below
-        # checks the musl linkage and the machine instead.
-        echo "  musllinux: $(basename "$whl"): checked by ELF only"
+        echo "  musllinux: $(basename "$whl"): checked by ELF only (no $arch musl libc here for auditwheel)"
       fi
       local x="$out/x-$want"
       rm -rf "$x"; mkdir -p "$x"
