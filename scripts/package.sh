@@ -99,7 +99,7 @@ json() { node -e 'const j = require(process.argv[1]); console.log(eval(process.a
 
 check_tools_and_manifests() {
   for t in "${RUST_TARGETS[@]}"; do
-    rustup target list --installed | grep -qx "$t" || fail "rust target $t missing"
+    rustup target list --installed | grep -x "$t" >/dev/null || fail "rust target $t missing"
   done
   for b in maturin cargo-zigbuild auditwheel python-zig actionlint readelf objdump node npm mvn; do
     command -v "$b" >/dev/null 2>&1 || fail "tool missing: $b"
@@ -168,7 +168,7 @@ check_elf() {
     echo "  elf ok: $(basename "$f"): $arch, max GLIBC_$maxg"
   else
     [ -z "$maxg" ] || fail "$f: claims musl but needs GLIBC_$maxg"
-    LC_ALL=C readelf -d "$f" | grep -q 'NEEDED.*\[libc\.so\]\|NEEDED.*libc\.musl' \
+    LC_ALL=C readelf -d "$f" | grep 'NEEDED.*\[libc\.so\]\|NEEDED.*libc\.musl' >/dev/null \
       || fail "$f: claims musl but does not link musl's libc"
     echo "  elf ok: $(basename "$f"): $arch, musl"
   fi
@@ -229,7 +229,7 @@ build_python() {
       want="${tag}_$arch"
       if [ "$tag" = manylinux_2_17 ]; then
         auditwheel show "$whl" >"$out/auditwheel.txt" 2>&1 || { cat "$out/auditwheel.txt"; fail "auditwheel show $whl"; }
-        tr -s '\n' ' ' <"$out/auditwheel.txt" | grep -qF "consistent with the following platform tag: \"$want\"" \
+        tr -s '\n' ' ' <"$out/auditwheel.txt" | grep -F "consistent with the following platform tag: \"$want\"" >/dev/null \
           || { cat "$out/auditwheel.txt"; fail "$whl: auditwheel does not confirm $want"; }
         echo "  auditwheel: $(basename "$whl"): $want"
       elif [ "$arch" = x86_64 ] && [ -f /lib/x86_64-linux-musl/libc.so ]; then
@@ -265,7 +265,7 @@ build_python() {
   echo "==> python: the sdist builds from source (pip install of the sdist in a fresh venv)"
   local sd sdvenv="$target/packaging/py-sdist-venv"
   sd="$(ls "$out"/leasebeat-"$version".tar.gz)"
-  tar -tzf "$sd" | grep -q "^leasebeat-$version/pyproject.toml$" || fail "$sd: no pyproject.toml"
+  tar -tzf "$sd" | grep "^leasebeat-$version/pyproject.toml$" >/dev/null || fail "$sd: no pyproject.toml"
   rm -rf "$sdvenv"
   python3 -m venv "$sdvenv"
   # pip builds it in an isolated environment (maturin from build-system.requires,
@@ -332,9 +332,9 @@ build_node() {
     && for p in $ALL_NODE_PLATFORMS; do npm pkg set "optionalDependencies.@leasebeat/$p=$version"; done \
     && npm pack --silent --pack-destination "$out" >/dev/null)
   ls -l "$out"
-  if tar -tzf "$out/leasebeat-$version.tgz" | grep -q '\.node$'; then fail "the main tarball must not contain a .node"; fi
+  if tar -tzf "$out/leasebeat-$version.tgz" | grep '\.node$' >/dev/null; then fail "the main tarball must not contain a .node"; fi
   for p in $NODE_PLATFORMS; do
-    tar -tzf "$out/leasebeat-$p-$version.tgz" | grep -qx "package/leasebeat.$p.node" \
+    tar -tzf "$out/leasebeat-$p-$version.tgz" | grep -x "package/leasebeat.$p.node" >/dev/null \
       || fail "leasebeat-$p-$version.tgz lacks leasebeat.$p.node"
   done
 
@@ -420,7 +420,7 @@ build_c() {
     LEASEBEAT_LIB_DIR="$dir" ffi-c/install.sh "$prefix" >/dev/null
     check_elf "$prefix/lib/libleasebeat.so.$version" "$arch" gnu
     LC_ALL=C readelf -h "$prefix/lib/libleasebeat.a" 2>/dev/null | sed -n 's/^ *Machine: *//p' | sort -u \
-      | grep -qx "$( [ "$arch" = x86_64 ] && echo 'Advanced Micro Devices X86-64' || echo AArch64)" \
+      | grep -x "$( [ "$arch" = x86_64 ] && echo 'Advanced Micro Devices X86-64' || echo AArch64)" >/dev/null \
       || fail "$prefix/lib/libleasebeat.a: wrong machine"
     tar -C "$target/packaging/c-stage" -czf "$out/$name.tar.gz" "$name"
     echo "  $name.tar.gz: $(tar -tzf "$out/$name.tar.gz" | grep -v '/$' | sed "s|^$name/||" | tr '\n' ' ')"
@@ -439,7 +439,7 @@ build_c() {
   cmake --build "$u/cmake-build" >"$u/cmake-build.log" 2>&1 || { cat "$u/cmake-build.log"; fail "cmake build of the consumer"; }
   LD_LIBRARY_PATH="$pfx/lib" "$u/cmake-build/consumer_shared" >/dev/null
   "$u/cmake-build/consumer_static" >/dev/null
-  if LC_ALL=C readelf -d "$u/cmake-build/consumer_static" | grep -q 'NEEDED.*libleasebeat'; then
+  if LC_ALL=C readelf -d "$u/cmake-build/consumer_static" | grep 'NEEDED.*libleasebeat' >/dev/null; then
     fail "consumer_static needs a libleasebeat shared library"
   fi
   echo "  CMake consumer: find_package(leasebeat) -> leasebeat::leasebeat and leasebeat::leasebeat_static built and run"
