@@ -324,6 +324,7 @@ build_node() {
   # optionalDependencies on every platform package at the same version (what
   # `napi prepublish` adds). The file list is package.json's own "files".
   mkdir -p "$stage/main"
+  cp node/package.json "$stage/main/"
   local f
   for f in $(json node/package.json 'j.files.filter(f => !f.includes("*")).join(" ")'); do
     cp "node/$f" "$stage/main/"
