@@ -363,6 +363,24 @@ if (!loaded.includes(addon)) { console.error("loaded", loaded, "not", addon); pr
 if (typeof lb.Heartbeat !== "function" || typeof lb.runHeartbeat !== "function") process.exit(1)
 console.log("  require(\"leasebeat\") loaded", addon)
 ')
+  # The loader's pick on musl (no musl Node.js here): with /usr/bin/ldd made to
+  # read "musl" (the loader's first test), it must ask for @leasebeat/linux-x64-musl
+  # and nothing else (loading it then fails on this glibc Node, as it should).
+  cat >"$target/packaging/fake-musl.cjs" <<'JS'
+const fs = require('fs')
+const readFileSync = fs.readFileSync
+fs.readFileSync = function (p, ...rest) { return p === '/usr/bin/ldd' ? 'musl libc (x86_64)' : readFileSync.call(this, p, ...rest) }
+JS
+  local pick='const M = require("module"); const tried = []; const load = M._load
+M._load = function (r, ...a) { if (r.startsWith("@leasebeat/")) tried.push(r); return load.call(this, r, ...a) }
+try { require("leasebeat") } catch {}
+console.log(tried.join(" "))'
+  local picked
+  picked="$(cd "$proj" && node -e "$pick")"
+  [ "$picked" = "@leasebeat/linux-x64-gnu" ] || fail "on glibc the loader asked for: $picked"
+  picked="$(cd "$proj" && node -r "$target/packaging/fake-musl.cjs" -e "$pick")"
+  [ "$picked" = "@leasebeat/linux-x64-musl" ] || fail "on musl the loader asked for: $picked"
+  echo "  loader pick: glibc -> @leasebeat/linux-x64-gnu, musl -> @leasebeat/linux-x64-musl"
   (cd "$proj" && node --input-type=module -e 'import { Heartbeat, runHeartbeat } from "leasebeat"; if (!Heartbeat || !runHeartbeat) process.exit(1); console.log("  import \"leasebeat\": ok")')
   local log="$target/packaging/node-test.tap"
   if ! (cd "$proj" && LEASEBEAT_VECTORS_DIR="$root/tests/vectors" LEASEBEAT_EXPECT_INSTALLED=1 \
