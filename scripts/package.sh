@@ -372,7 +372,7 @@ const readFileSync = fs.readFileSync
 fs.readFileSync = function (p, ...rest) { return p === '/usr/bin/ldd' ? 'musl libc (x86_64)' : readFileSync.call(this, p, ...rest) }
 JS
   local pick='const M = require("module"); const tried = []; const load = M._load
-M._load = function (r, ...a) { if (r.startsWith("@leasebeat/")) tried.push(r); return load.call(this, r, ...a) }
+M._load = function (r, ...a) { if (r.startsWith("@leasebeat/") && !r.endsWith("/package.json")) tried.push(r); return load.call(this, r, ...a) }
 try { require("leasebeat") } catch {}
 console.log(tried.join(" "))'
   local picked
