@@ -493,26 +493,26 @@ build_host() {
     *) fail "--host: no package names for host $t" ;;
   esac
   out="$dist/host-$t"
-  # On Linux the host's own target dir would be target/<triple>/, where the
-  # zig builds (glibc 2.17) live: keep those apart.
-  local tdir="$target"
-  case "$t" in *-linux-*) tdir="$target/packaging/host-target" ;; esac
+  # On Linux, target/<triple>/ holds the zig builds (glibc 2.17): build for the
+  # host without --target there (target/release/, as the test stages do).
+  local targs=(--target "$t") rel="$target/$t/release"
+  case "$t" in *-linux-*) targs=() rel="$target/release" ;; esac
   rm -rf "$out"; mkdir -p "$out/python" "$out/node" "$out/jvm/native/$jp" "$out/c"
   echo "==> host $t: python wheel"
-  (cd py && CARGO_TARGET_DIR="$tdir" maturin build --release --locked --out "$out/python")
+  (cd py && maturin build --release --locked "${targs[@]}" --out "$out/python")
   echo "==> host $t: node @leasebeat/$np"
   local stage="$target/packaging/host-node/$np"
   rm -rf "$stage"; mkdir -p "$stage"
   [ -f "node/npm/$np/package.json" ] || fail "node/npm/$np/package.json missing"
   (cd node && npm ci --no-audit --no-fund --loglevel=error \
-    && npx --no-install napi build --platform --release --no-const-enum --target "$t" --target-dir "$tdir" --output-dir "$stage" --no-js)
+    && npx --no-install napi build --platform --release --no-const-enum "${targs[@]}" --output-dir "$stage" --no-js)
   cp "node/npm/$np/package.json" "node/npm/$np/README.md" "$stage/"
   [ -f "$stage/leasebeat.$np.node" ] || fail "napi build made no leasebeat.$np.node"
   rm -f "$stage"/*.d.ts
   (cd "$stage" && npm pack --silent --pack-destination "$out/node" >/dev/null)
   echo "==> host $t: JNI and C libraries"
-  cargo build --release --locked -p leasebeat-jni -p leasebeat-ffi --target "$t" --target-dir "$tdir"
-  local rel="$tdir/$t/release" f n=0
+  cargo build --release --locked -p leasebeat-jni -p leasebeat-ffi "${targs[@]}"
+  local f n=0
   for f in libleasebeat_jni.so libleasebeat_jni.dylib leasebeat_jni.dll; do
     if [ -f "$rel/$f" ]; then cp "$rel/$f" "$out/jvm/native/$jp/"; n=$((n + 1)); fi
   done
