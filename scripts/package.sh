@@ -211,12 +211,15 @@ cdylib() {
 
 build_python() {
   echo "==> python: wheels (maturin --zig) and sdist"
+  # maturin sets its own flags for the zig builds: a target dir of its own, so
+  # it and cargo-zigbuild (C, JNI, Node) do not rebuild each other's crates.
+  local pytarget="$target/packaging/py-target"
   local out="$dist/python"
   rm -rf "$out"; mkdir -p "$out"
   for arch in x86_64 aarch64; do
-    (cd py && maturin build --release --locked --zig --target "$(triple_of "$arch" gnu)" \
+    (cd py && CARGO_TARGET_DIR="$pytarget" maturin build --release --locked --zig --target "$(triple_of "$arch" gnu)" \
       --compatibility manylinux2014 --out "$out")
-    (cd py && maturin build --release --locked --zig --target "$(triple_of "$arch" musl)" \
+    (cd py && CARGO_TARGET_DIR="$pytarget" maturin build --release --locked --zig --target "$(triple_of "$arch" musl)" \
       --compatibility musllinux_1_2 --out "$out")
   done
   (cd py && maturin sdist --out "$out")
