@@ -9,6 +9,8 @@
 #   PREFIX/lib/pkgconfig/leasebeat.pc
 #   PREFIX/lib/cmake/leasebeat/leasebeatConfig.cmake (+ leasebeatConfigVersion.cmake)
 # Usage (from anywhere): ffi-c/install.sh PREFIX
+# With LEASEBEAT_LIB_DIR=DIR the libraries are taken from DIR as they are (no
+# cargo build): scripts/package.sh uses it for cross-compiled targets.
 # The installed files are relocatable: the .pc and CMake files locate the
 # prefix relative to themselves, so the tree may be moved or packaged.
 set -euo pipefail
@@ -22,7 +24,11 @@ prefix="$(cd "$1" && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 case "$target" in /*) ;; *) target="$root/$target" ;; esac
 
-(cd "$root" && cargo build --release --locked -p leasebeat-ffi)
+libdir="${LEASEBEAT_LIB_DIR:-}"
+if [ -z "$libdir" ]; then
+  (cd "$root" && cargo build --release --locked -p leasebeat-ffi)
+  libdir="$target/release"
+fi
 
 version="$(sed -n 's/^#define LEASEBEAT_VERSION "\(.*\)"$/\1/p' "$root/include/leasebeat.h")"
 if [ -z "$version" ]; then
@@ -31,7 +37,7 @@ if [ -z "$version" ]; then
 fi
 # The SONAME comes from the built library itself (ffi-c/build.rs sets it), so
 # the links made here always match what linked programs will ask for.
-lib="$target/release/libleasebeat.so"
+lib="$libdir/libleasebeat.so"
 if command -v readelf >/dev/null 2>&1; then
   soname="$(LC_ALL=C readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]$/\1/p')"
 else
@@ -57,7 +63,7 @@ if [ "$soname" != "$realname" ]; then
   ln -sfn "$realname" "$prefix/lib/$soname"
 fi
 ln -sfn "$soname" "$prefix/lib/libleasebeat.so"
-install -m 0644 "$target/release/libleasebeat.a" "$prefix/lib/libleasebeat.a"
+install -m 0644 "$libdir/libleasebeat.a" "$prefix/lib/libleasebeat.a"
 for f in leasebeat.pc:lib/pkgconfig/leasebeat.pc \
          leasebeatConfig.cmake:lib/cmake/leasebeat/leasebeatConfig.cmake \
          leasebeatConfigVersion.cmake:lib/cmake/leasebeat/leasebeatConfigVersion.cmake; do

@@ -20,6 +20,9 @@ echo "==> node $(node --version), npm $(npm --version)"
 echo "==> building the addon (release) into a scratch directory"
 (cd node && npx --no-install napi build --platform --release --no-const-enum \
   --output-dir "$work/gen" --js index.js --dts index.d.ts)
+# The committed loader names the per-platform packages @leasebeat/<platform>
+# (node/npm/<platform>/), as `npm run build` leaves it.
+node node/npm/scope-loader.cjs "$work/gen/index.js"
 
 echo "==> checking the committed index.js and index.d.ts for drift"
 drift=0
