@@ -88,9 +88,20 @@ final class NativeBridge {
   static native byte[] nativeRetryAfter(byte[] values);
 
   /** The benchmark's timed region in Rust alone (see DecisionBench): median ns per operation. */
-  static native double nativeBenchCore(int n, int batches);
+  static native double nativeBenchCore(int n, int batches, boolean boxed);
+
+  /**
+   * The same calls in one Rust loop on heartbeats made through the Java API (DecisionBench's
+   * splits): ns per operation.
+   */
+  static native double nativeBenchHandles(long[] handles, long[] ids, long nowNs);
+
+  /** As {@link #benchCore}, each heartbeat behind its own box and lock (as a Java handle). */
+  static double benchCoreBoxed(int n, int batches) {
+    return nativeBenchCore(n, batches, true);
+  }
 
   static double benchCore(int n, int batches) {
-    return nativeBenchCore(n, batches);
+    return nativeBenchCore(n, batches, false);
   }
 }
