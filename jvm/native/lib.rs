@@ -1609,13 +1609,14 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeRetryAfter<'c>(
 
 // ----- benchmark hook -----
 
-/// `static native double nativeBenchCore(int n, int batches, boolean
-/// boxed)`: the benchmark's timed region in Rust alone, in this process
+/// `static native double nativeBenchCore(int n, int batches, int mode)`: the benchmark's timed region in Rust alone, in this process
 /// (scripts/bench-jvm.sh): per batch, `n` heartbeats in the core bench's
 /// state (create answered, first extend in flight; not timed), then
 /// `handle_response(200 extend body)` + `poll_action` on each (timed).
-/// `boxed`: each heartbeat behind its own `Box` and lock, as a Java handle,
-/// instead of side by side in one `Vec` (as the core's criterion bench).
+/// Mode 0: the heartbeats side by side in one `Vec` (as the core's criterion
+/// bench); 1: each behind its own `Box` and lock, as a Java handle; 2: as 0,
+/// with the caches flushed before the timed loop (64 MiB written), as the GC
+/// does for the Java loop.
 /// Returns the median ns per operation over the batches, or -1 if the
 /// fixture failed.
 #[unsafe(no_mangle)]
@@ -1624,9 +1625,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchCore<'c>(
     _class: JClass<'c>,
     n: jint,
     batches: jint,
-    boxed: jboolean,
+    mode: jint,
 ) -> f64 {
-    catch_unwind(|| bench_core(n.max(1) as usize, batches.max(1) as usize, boxed)).unwrap_or(-1.0)
+    catch_unwind(|| bench_core(n.max(1) as usize, batches.max(1) as usize, mode)).unwrap_or(-1.0)
 }
 
 /// This thread's CPU time in ns (the benchmark's clock: time this thread
@@ -1661,26 +1662,78 @@ fn bench_clock() -> u64 {
 const BENCH_EXTEND: &[u8] =
     br#"{"status":"ACTIVE","expires_at_ms":1785585720000,"remaining_ttl_ms":60000}"#;
 
-fn bench_core(n: usize, batches: usize, boxed: bool) -> f64 {
+/// `static native long nativeBenchPrepare(int n)`: a batch of `n` Rust-made
+/// heartbeats in the bench state, side by side in a `Vec`, for
+/// [`Java_io_leasebeat_NativeBridge_nativeBenchRun`] (0 if the fixture
+/// failed). Lets the Java side run the same GC between setup and timing as
+/// for its own batches.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchPrepare(
+    _env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
+    n: jint,
+) -> jlong {
+    catch_unwind(|| {
+        (0..n.max(1))
+            .map(|_| bench_in_flight())
+            .collect::<Option<Vec<_>>>()
+            .map_or(0, |v| Box::into_raw(Box::new(v)) as usize as jlong)
+    })
+    .unwrap_or(0)
+}
+
+/// `static native double nativeBenchRun(long batch)`: the timed region on a
+/// batch from `nativeBenchPrepare`, which it frees: ns per operation.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchRun(
+    _env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
+    batch: jlong,
+) -> f64 {
+    if batch == 0 {
+        return -1.0;
+    }
+    // SAFETY: a non-zero value comes from `nativeBenchPrepare`, run once.
+    let mut hbs = unsafe { Box::from_raw(batch as usize as *mut Vec<(Heartbeat, u64)>) };
+    catch_unwind(AssertUnwindSafe(|| {
+        let t0 = bench_clock();
+        for (hb, id) in hbs.iter_mut() {
+            let d = hb.handle_response(
+                *id,
+                Response::new(200).body(BENCH_EXTEND),
+                38_600 * 1_000_000,
+            );
+            std::hint::black_box(&d);
+            std::hint::black_box(hb.poll_action());
+        }
+        (bench_clock() - t0) as f64 / hbs.len().max(1) as f64
+    }))
+    .unwrap_or(-1.0)
+}
+
+fn bench_in_flight() -> Option<(Heartbeat, u64)> {
     const MS: u64 = 1_000_000;
     const CREATE: &[u8] = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:acme"],"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}"#;
-    let in_flight = || -> Option<(Heartbeat, u64)> {
-        let mut hb = Heartbeat::with_key_source(
-            Config::new(60_000, Some(10_000)),
-            Box::new(SequentialKeys::new("k")),
-        )
+    let mut hb = Heartbeat::with_key_source(
+        Config::new(60_000, Some(10_000)),
+        Box::new(SequentialKeys::new("k")),
+    )
+    .ok()?;
+    let id = hb.attempt()?.id;
+    hb.handle_sent(id, 0).ok()?;
+    hb.handle_response(id, Response::new(200).body(CREATE), 1_500 * MS)
         .ok()?;
-        let id = hb.attempt()?.id;
-        hb.handle_sent(id, 0).ok()?;
-        hb.handle_response(id, Response::new(200).body(CREATE), 1_500 * MS)
-            .ok()?;
-        let id = hb.attempt()?.id;
-        hb.handle_sent(id, 38_500 * MS).ok()?;
-        Some((hb, id))
-    };
+    let id = hb.attempt()?.id;
+    hb.handle_sent(id, 38_500 * MS).ok()?;
+    Some((hb, id))
+}
+
+fn bench_core(n: usize, batches: usize, mode: jint) -> f64 {
+    const MS: u64 = 1_000_000;
+    let in_flight = bench_in_flight;
     let mut per_batch = Vec::with_capacity(batches);
     for _ in 0..batches {
-        let elapsed = if boxed {
+        let elapsed = if mode == 1 {
             let Some(hbs) = (0..n)
                 .map(|_| in_flight().map(|(hb, id)| (Box::new(Handle { hb: Mutex::new(hb) }), id)))
                 .collect::<Option<Vec<_>>>()
@@ -1701,6 +1754,13 @@ fn bench_core(n: usize, batches: usize, boxed: bool) -> f64 {
             let Some(mut hbs) = (0..n).map(|_| in_flight()).collect::<Option<Vec<_>>>() else {
                 return -1.0;
             };
+            if mode == 2 {
+                let mut flush = vec![0u8; 64 << 20];
+                for (i, b) in flush.iter_mut().enumerate().step_by(64) {
+                    *b = i as u8;
+                }
+                std::hint::black_box(&flush);
+            }
             let t0 = bench_clock();
             for (hb, id) in &mut hbs {
                 let d = hb.handle_response(*id, Response::new(200).body(BENCH_EXTEND), 38_600 * MS);

@@ -111,6 +111,15 @@ final class DecisionBench {
     return r;
   }
 
+  /** The core reference with the same GC between setup and timing as {@link #batch}. */
+  static double coreBatch(int n) {
+    long b = NativeBridge.nativeBenchPrepare(n);
+    if (GC) {
+      System.gc();
+    }
+    return NativeBridge.nativeBenchRun(b);
+  }
+
   private static final java.lang.reflect.Field HANDLE;
 
   static {
@@ -254,6 +263,10 @@ final class DecisionBench {
       System.out.printf("%-58s %10.1f%n", "rust core alone", NativeBridge.benchCore(1000, 40));
       System.out.printf(
           "%-58s %10.1f%n", "rust core alone, boxed heartbeats", NativeBridge.benchCoreBoxed(1000, 40));
+      System.out.printf(
+          "%-58s %10.1f%n",
+          "rust core alone, caches flushed before timing",
+          NativeBridge.benchCoreFlushed(1000, 40));
       return;
     }
     int n = 1000;
@@ -264,37 +277,48 @@ final class DecisionBench {
       batch(n, true);
       batch(n, false);
     }
+    for (int w = 0; w < 20; w++) {
+      rustBatch(n);
+      coreBatch(n);
+    }
     double[] primary = new double[rounds];
     double[] responseOnly = new double[rounds];
     double[] core = new double[rounds];
     double[] same = new double[rounds];
+    double[] warm = new double[rounds];
     for (int r = 0; r < rounds; r++) {
       double[] a = new double[batches];
       double[] b = new double[batches];
       double[] h = new double[batches];
+      double[] c = new double[batches];
       for (int i = 0; i < batches; i++) {
         a[i] = batch(n, true);
         b[i] = batch(n, false);
         h[i] = rustBatch(n);
+        c[i] = coreBatch(n);
       }
       primary[r] = median(a);
       responseOnly[r] = median(b);
       same[r] = median(h);
-      core[r] = NativeBridge.benchCore(n, batches);
+      core[r] = median(c);
+      warm[r] = NativeBridge.benchCore(n, batches);
     }
     double p = median(primary);
     double ro = median(responseOnly);
     double c = median(core);
     double sh = median(same);
+    double cw = median(warm);
     System.out.printf("rounds: %d x %d batches of %d heartbeats%n", rounds, batches, n);
     System.out.printf("round medians, decision + poll: %s%n", Arrays.toString(round1(primary)));
     System.out.printf("round medians, core:            %s%n", Arrays.toString(round1(core)));
+    System.out.printf("round medians, core warm:       %s%n", Arrays.toString(round1(warm)));
     System.out.printf("round medians, core on Java's:  %s%n", Arrays.toString(round1(same)));
     System.out.printf("clock: %s%n", CPU ? "thread CPU time" : "wall (nanoTime; Rust hooks: CPU)");
     System.out.printf("%-58s %10s%n", "what (median ns per operation)", "ns");
     System.out.printf("%-58s %10.1f%n", "java handleResponse(200 extend) + pollAction", p);
     System.out.printf("%-58s %10.1f%n", "java handleResponse(200 extend) only", ro);
     System.out.printf("%-58s %10.1f%n", "rust core handle_response + poll_action, same process", c);
+    System.out.printf("%-58s %10.1f%n", "rust core, warm (no GC between setup and timing)", cw);
     System.out.printf("%-58s %10.1f%n", "rust core, same calls on the Java-made heartbeats", sh);
     System.out.printf("%-58s %10.1f%n", "JNI + Java overhead above the core (target <= 300)", p - c);
     System.out.printf("%-58s %10.1f%n", "JNI + Java overhead above the core, same heartbeats", p - sh);
@@ -304,8 +328,13 @@ final class DecisionBench {
         p);
     System.out.printf(
         "BENCH {\"id\": \"jvm.core_same_process\", \"what\": \"the same calls in Rust inside the"
-            + " JVM process (no JNI)\", \"value\": %.1f, \"unit\": \"ns\"}%n",
+            + " JVM process (no JNI; Rust-made heartbeats, same GC between setup and timing as the"
+            + " Java batches)\", \"value\": %.1f, \"unit\": \"ns\"}%n",
         c);
+    System.out.printf(
+        "BENCH {\"id\": \"jvm.core_warm\", \"what\": \"the same, timed right after setup (caches warm,"
+            + " as the core's criterion bench)\", \"value\": %.1f, \"unit\": \"ns\"}%n",
+        cw);
     System.out.printf(
         "BENCH {\"id\": \"jvm.overhead\", \"what\": \"JNI and Java cost above the core, same run\","
             + " \"value\": %.1f, \"unit\": \"ns\"}%n",
