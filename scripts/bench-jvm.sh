@@ -9,8 +9,14 @@
 #    Heartbeat.pollAction(); median over batches of 1000, then median over rounds. A full GC
 #    after each batch's setup (not timed) compacts the heartbeats' Java objects, as in a running
 #    service; without it (BENCH_JAVA_OPTS=-Dbench.gc=false) the Java figure varies 2-5x.
-# Prints a small table and the BENCH lines jvm.decision (plus jvm.core_same_process and
-# jvm.overhead: the same calls in Rust in the same run, and the difference).
+# Clock: the thread's CPU time in the Java loops and the Rust hooks alike (time the thread waited
+# while other processes ran is not counted; -Dbench.clock=wall for nanoTime in the Java loops).
+# Prints a small table and the BENCH lines jvm.decision, plus, from the same run:
+# jvm.core_same_process (the same calls in one Rust loop on heartbeats made in Rust, side by side
+# in a Vec as in the core's criterion bench) and jvm.overhead (the difference);
+# jvm.core_same_heartbeats (the same calls in one Rust loop, no JNI per operation, on batches of
+# heartbeats made through the Java API exactly as the Java loop's: same count, same order, same
+# memory placement) and jvm.overhead_same_heartbeats (the difference: JNI and Java alone).
 # Env: BENCH_ROUNDS (default 7), BENCH_BATCHES (default 40), BENCH_JAVA_OPTS (default
 # -XX:+UseParallelGC; e.g. -XX:+UseG1GC for the JDK's default collector).
 set -euo pipefail

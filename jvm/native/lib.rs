@@ -318,10 +318,16 @@ const ADOPT_HANDLE: usize = DECIDED_LEN;
 
 // ----- the hot calling convention -----
 
+/// The most text bytes a hot call hands back in the Java buffer (the size
+/// Java allocates, `Slots.TEXT_LEN`); more goes as objects.
+const TEXT_CAP: usize = 512;
+
 /// Why a call produced no result.
 enum Fail {
     Core(leasebeat::Error),
     Jni(jni::errors::Error),
+    /// A Java exception is pending (thrown when the native method returns).
+    Pending,
 }
 
 impl From<jni::errors::Error> for Fail {
@@ -341,52 +347,69 @@ fn arg_fail(message: &str) -> Fail {
 }
 
 /// Where a hot call writes its result.
-struct Out<'a, 'c> {
+struct Out {
     slots: [i64; state::LEN + 1],
-    objs: &'a JObjectArray<'c>,
     /// Bytes for the Java-owned text buffer (strings and bodies one after
-    /// the other, in the order they are put), at most `text_cap`.
-    text: Vec<i8>,
+    /// the other, in the order they are put): the first `text_len`, at most
+    /// `text_cap` (the Java buffer's size, at most [`TEXT_CAP`]). On the
+    /// stack: no allocation per call.
+    text: [i8; TEXT_CAP],
+    text_len: usize,
     text_cap: usize,
+    /// What did not fit in the text buffer: (object index, bytes, whether a
+    /// `String`), created as Java objects after the core call (rare).
+    objects: Vec<(usize, Vec<u8>, bool)>,
 }
 
-impl Out<'_, '_> {
-    /// Hands bytes to Java: appended to the text buffer when they fit (slot =
-    /// their length), else as a `String` (`string`) or `byte[]` at object
-    /// `obj` (slot = -2). Creating no Java object in Rust is the fast path.
-    fn put_text(
-        &mut self,
-        env: &mut Env<'_>,
-        slot: usize,
-        obj: usize,
-        b: &str,
-        string: bool,
-    ) -> Result<(), Fail> {
-        self.put_bytes(env, slot, obj, b.as_bytes(), string)
+impl Out {
+    fn new(text_cap: usize) -> Out {
+        Out {
+            slots: [0; state::LEN + 1],
+            text: [0; TEXT_CAP],
+            text_len: 0,
+            text_cap: text_cap.min(TEXT_CAP),
+            objects: Vec::new(),
+        }
     }
 
-    fn put_bytes(
-        &mut self,
-        env: &mut Env<'_>,
-        slot: usize,
-        obj: usize,
-        b: &[u8],
-        string: bool,
-    ) -> Result<(), Fail> {
-        if self.text.len() + b.len() <= self.text_cap {
-            self.text.extend(b.iter().map(|&x| x as i8));
+    fn text(&self) -> &[i8] {
+        &self.text[..self.text_len]
+    }
+
+    /// Hands bytes to Java: appended to the text buffer when they fit (slot =
+    /// their length), else later as a `String` (`string`) or `byte[]` at
+    /// object `obj` (slot = -2). Creating no Java object in Rust is the fast
+    /// path.
+    fn put_text(&mut self, slot: usize, obj: usize, b: &str, string: bool) {
+        self.put_bytes(slot, obj, b.as_bytes(), string)
+    }
+
+    fn put_bytes(&mut self, slot: usize, obj: usize, b: &[u8], string: bool) {
+        let end = self.text_len + b.len();
+        if end <= self.text_cap {
+            for (d, &x) in self.text[self.text_len..end].iter_mut().zip(b) {
+                *d = x as i8;
+            }
+            self.text_len = end;
             self.slots[slot] = b.len() as i64;
-            return Ok(());
-        }
-        if string {
-            let text = std::str::from_utf8(b).map_err(|_| arg_fail("text is not UTF-8"))?;
-            let local = env.new_string(text)?;
-            self.objs.set_element(env, obj, &local)?;
         } else {
-            let local = env.byte_array_from_slice(b)?;
-            self.objs.set_element(env, obj, &local)?;
+            self.objects.push((obj, b.to_vec(), string));
+            self.slots[slot] = -2;
         }
-        self.slots[slot] = -2;
+    }
+
+    /// Creates the objects that did not fit in the text buffer.
+    fn set_objects(&self, env: &mut Env<'_>, objs: &JObjectArray<'_>) -> Result<(), Fail> {
+        for (obj, b, string) in &self.objects {
+            if *string {
+                let text = std::str::from_utf8(b).map_err(|_| arg_fail("text is not UTF-8"))?;
+                let local = env.new_string(text)?;
+                objs.set_element(env, *obj, &local)?;
+            } else {
+                let local = env.byte_array_from_slice(b)?;
+                objs.set_element(env, *obj, &local)?;
+            }
+        }
         Ok(())
     }
 }
@@ -404,8 +427,9 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     format!("Rust panic: {message}")
 }
 
-/// Runs one hot entry point: `f` fills `out.slots` (of which the first
-/// `used` go to Java) and the objects. Returns the status (see the module
+/// Runs one hot entry point through the jni crate (the adoption and the
+/// state, whose inputs are objects): `f` fills `out.slots` (of which the
+/// first `used` go to Java). Returns the status (see the module
 /// documentation).
 fn hot<'c, F>(
     mut unowned: EnvUnowned<'c>,
@@ -415,39 +439,238 @@ fn hot<'c, F>(
     f: F,
 ) -> jint
 where
-    F: FnOnce(&mut Env<'c>, &mut Out<'_, 'c>) -> Result<usize, Fail>,
+    F: FnOnce(&mut Env<'c>, &mut Out) -> Result<usize, Fail>,
 {
     unowned
         .with_env(|env| -> jni::errors::Result<jint> {
             let text_cap = if text.is_null() { 0 } else { text.len(env)? };
-            let mut out = Out {
-                slots: [0; state::LEN + 1],
-                objs: &objs,
-                text: Vec::with_capacity(text_cap),
-                text_cap,
-            };
+            let mut out = Out::new(text_cap);
             let r = catch_unwind(AssertUnwindSafe(|| f(env, &mut out)));
-            let (status, code, message) = match r {
-                Ok(Ok(used)) => {
-                    if used > 0 {
-                        slots.set_region(env, 0, &out.slots[..used])?;
-                    }
-                    if !out.text.is_empty() {
-                        text.set_region(env, 0, &out.text)?;
-                    }
-                    return Ok(0);
+            let r = match r {
+                Ok(Ok(used)) => Ok((used, out)),
+                Ok(Err(e)) => Err(Some(e)),
+                Err(payload) => {
+                    return finish_error(env, &objs, PANIC, None, panic_message(payload));
                 }
-                Ok(Err(Fail::Jni(e))) => return Err(e),
-                Ok(Err(Fail::Core(e))) => (1, Some(java_code(e.kind())), e.message().to_owned()),
-                Err(payload) => (2, None, panic_message(payload)),
             };
-            if let Some(code) = code {
-                let code = env.new_string(code)?;
-                objs.set_element(env, 0, &code)?;
+            finish(env, r, &slots, &objs, &text)
+        })
+        .resolve::<ThrowRuntimeExAndDefault>()
+}
+
+/// The end of a hot call on the slow path (through the jni crate): writes a
+/// result (`Ok`), or the error's status and strings. `Err(None)` = a Java
+/// exception is already pending.
+fn finish(
+    env: &mut Env<'_>,
+    r: Result<(usize, Out), Option<Fail>>,
+    slots: &JLongArray<'_>,
+    objs: &JObjectArray<'_>,
+    text: &JByteArray<'_>,
+) -> jni::errors::Result<jint> {
+    match r {
+        Ok((used, out)) => {
+            match out.set_objects(env, objs) {
+                Ok(()) => {}
+                Err(Fail::Jni(e)) => return Err(e),
+                Err(Fail::Core(e)) => {
+                    return finish_error(
+                        env,
+                        objs,
+                        ERROR,
+                        Some(java_code(e.kind())),
+                        e.message().to_owned(),
+                    );
+                }
+                Err(Fail::Pending) => return Err(jni::errors::Error::JavaException),
             }
-            let message = env.new_string(message)?;
-            objs.set_element(env, 1, &message)?;
-            Ok(status)
+            if used > 0 {
+                slots.set_region(env, 0, &out.slots[..used])?;
+            }
+            if out.text_len > 0 {
+                text.set_region(env, 0, out.text())?;
+            }
+            Ok(0)
+        }
+        Err(None) | Err(Some(Fail::Pending)) => Err(jni::errors::Error::JavaException),
+        Err(Some(Fail::Jni(e))) => Err(e),
+        Err(Some(Fail::Core(e))) => finish_error(
+            env,
+            objs,
+            ERROR,
+            Some(java_code(e.kind())),
+            e.message().to_owned(),
+        ),
+    }
+}
+
+/// A core error (objects 0 and 1: the Java `Code` constant and the message)
+/// or a panic (object 1: the message).
+fn finish_error(
+    env: &mut Env<'_>,
+    objs: &JObjectArray<'_>,
+    status: u8,
+    code: Option<&str>,
+    message: String,
+) -> jni::errors::Result<jint> {
+    if let Some(code) = code {
+        let code = env.new_string(code)?;
+        objs.set_element(env, 0, &code)?;
+    }
+    let message = env.new_string(message)?;
+    objs.set_element(env, 1, &message)?;
+    Ok(jint::from(status))
+}
+
+/// The raw JNI environment of a native call, for the hot calls that take
+/// only primitives and primitive arrays: each JNI function is called once,
+/// directly, instead of through `EnvUnowned::with_env` (which costs about
+/// 50 ns per call) and the jni crate's exception checks before and after each
+/// function (three JNI transitions instead of one). Anything unusual (an
+/// error, a panic, text that does not fit) goes to the jni crate's path.
+#[derive(Clone, Copy)]
+struct Raw(*mut jni::sys::JNIEnv);
+
+impl Raw {
+    fn iface(&self) -> &jni::sys::JNINativeInterface_ {
+        // SAFETY: the JVM passes a valid, non-null JNIEnv pointer to a native
+        // method, valid for the duration of the call on this thread.
+        unsafe { &**self.0 }
+    }
+
+    fn pending(self) -> bool {
+        // SAFETY: as `iface`; ExceptionCheck (JNI 1.2) may be called with an
+        // exception pending.
+        unsafe { (self.iface().v1_2.ExceptionCheck)(self.0) }
+    }
+
+    /// The length of a non-null array.
+    fn len(self, a: jni::sys::jarray) -> Result<usize, Fail> {
+        if a.is_null() {
+            return Err(arg_fail("null array"));
+        }
+        // SAFETY: `a` is a live non-null local reference to an array (the
+        // Java signature of every caller declares it so).
+        let n = unsafe { (self.iface().v1_1.GetArrayLength)(self.0, a) };
+        usize::try_from(n).map_err(|_| Fail::Pending)
+    }
+
+    /// A nullable `byte[]`, copied once (one `GetByteArrayRegion`).
+    fn bytes(self, a: jni::sys::jbyteArray) -> Result<Option<Vec<u8>>, Fail> {
+        if a.is_null() {
+            return Ok(None);
+        }
+        let n = self.len(a)?;
+        let mut v: Vec<u8> = Vec::with_capacity(n);
+        // SAFETY: `v` has room for `n` bytes; the JVM writes exactly `n` bytes
+        // of an array of length `n` (or throws, checked below, and writes none).
+        unsafe {
+            (self.iface().v1_1.GetByteArrayRegion)(self.0, a, 0, n as i32, v.as_mut_ptr().cast());
+        }
+        if self.pending() {
+            return Err(Fail::Pending);
+        }
+        // SAFETY: the n bytes were written above.
+        unsafe { v.set_len(n) };
+        Ok(Some(v))
+    }
+
+    /// Writes the result: the slots, then the text. A Java exception (a
+    /// too-short array) is left pending.
+    fn write(
+        self,
+        slots: jni::sys::jlongArray,
+        text: jni::sys::jbyteArray,
+        out: &Out,
+        used: usize,
+    ) -> Result<(), Fail> {
+        let iface = self.iface();
+        if used > 0 {
+            // SAFETY: the JVM reads `used` elements from the slice (bounds
+            // checked against the array: an exception instead, checked below).
+            unsafe {
+                (iface.v1_1.SetLongArrayRegion)(self.0, slots, 0, used as i32, out.slots.as_ptr());
+            }
+        }
+        if out.text_len > 0 {
+            if self.pending() {
+                return Err(Fail::Pending);
+            }
+            // SAFETY: as above, for the text bytes (at most the array's
+            // length, checked in `len`).
+            unsafe {
+                (iface.v1_1.SetByteArrayRegion)(
+                    self.0,
+                    text,
+                    0,
+                    out.text_len as i32,
+                    out.text.as_ptr(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs one hot entry point on the raw environment ([`Raw`]): `f` fills
+/// `out.slots` (of which the first `used` go to Java). Returns the status
+/// (see the module documentation); errors, panics and objects take the jni
+/// crate's path. Nothing unwinds out.
+fn hot_raw<F>(
+    env: *mut jni::sys::JNIEnv,
+    slots: jni::sys::jlongArray,
+    objs: jni::sys::jobjectArray,
+    text: jni::sys::jbyteArray,
+    f: F,
+) -> jint
+where
+    F: FnOnce(Raw, &mut Out) -> Result<usize, Fail>,
+{
+    let raw = Raw(env);
+    // `None`: written, the fast path; `Some`: objects to create first.
+    let r = catch_unwind(AssertUnwindSafe(
+        || -> Result<Option<(usize, Out)>, Fail> {
+            let text_cap = if text.is_null() { 0 } else { raw.len(text)? };
+            let mut out = Out::new(text_cap);
+            let used = f(raw, &mut out)?;
+            if out.objects.is_empty() {
+                raw.write(slots, text, &out, used)?;
+                return Ok(None);
+            }
+            Ok(Some((used, out)))
+        },
+    ));
+    let r = match r {
+        Ok(Ok(None)) | Ok(Err(Fail::Pending)) => return 0,
+        Ok(Ok(Some(objects))) => Ok(objects),
+        Ok(Err(e)) => Err(Some(e)),
+        Err(payload) => {
+            let message = panic_message(payload);
+            // SAFETY: the JVM's JNIEnv pointer of this call (see `Raw`).
+            let mut unowned = unsafe { EnvUnowned::from_raw(env) };
+            return unowned
+                .with_env(|env| {
+                    // SAFETY: the caller's local reference to an Object[].
+                    let objs =
+                        unsafe { JObjectArray::<jni::objects::JObject>::from_raw(env, objs) };
+                    finish_error(env, &objs, PANIC, None, message)
+                })
+                .resolve::<ThrowRuntimeExAndDefault>();
+        }
+    };
+    // SAFETY: the JVM's JNIEnv pointer of this call (see `Raw`).
+    let mut unowned = unsafe { EnvUnowned::from_raw(env) };
+    unowned
+        .with_env(|env| {
+            // SAFETY: the caller's local references to these arrays.
+            let (slots, objs, text) = unsafe {
+                (
+                    JLongArray::from_raw(env, slots),
+                    JObjectArray::<jni::objects::JObject>::from_raw(env, objs),
+                    JByteArray::from_raw(env, text),
+                )
+            };
+            finish(env, r, &slots, &objs, &text)
         })
         .resolve::<ThrowRuntimeExAndDefault>()
 }
@@ -480,13 +703,7 @@ fn bits(v: u64) -> i64 {
 }
 
 /// Writes decision `d` at slot offset `o` and object offset `oo`.
-fn put_decision(
-    env: &mut Env<'_>,
-    out: &mut Out<'_, '_>,
-    o: usize,
-    oo: usize,
-    d: &Decision,
-) -> Result<(), Fail> {
+fn put_decision(out: &mut Out, o: usize, oo: usize, d: &Decision) -> Result<(), Fail> {
     let s = &mut out.slots[o..o + dec::LEN];
     let mut flags = 0;
     match d.next {
@@ -542,11 +759,11 @@ fn put_decision(
     }
     match d.reservation_id.as_deref() {
         None => out.slots[o + dec::RID_LEN] = -1,
-        Some(rid) => out.put_text(env, o + dec::RID_LEN, oo + dec::O_RID, rid, true)?,
+        Some(rid) => out.put_text(o + dec::RID_LEN, oo + dec::O_RID, rid, true),
     }
     match d.detail.as_deref() {
         None => out.slots[o + dec::DETAIL_LEN] = -1,
-        Some(t) => out.put_text(env, o + dec::DETAIL_LEN, oo + dec::O_DETAIL, t, true)?,
+        Some(t) => out.put_text(o + dec::DETAIL_LEN, oo + dec::O_DETAIL, t, true),
     }
     Ok(())
 }
@@ -554,8 +771,7 @@ fn put_decision(
 /// Writes an action at slot offset `o` and object offset `oo`; the key and
 /// body objects only when the attempt is not `known_id`.
 fn put_action(
-    env: &mut Env<'_>,
-    out: &mut Out<'_, '_>,
+    out: &mut Out,
     o: usize,
     oo: usize,
     action: Action<'_>,
@@ -592,8 +808,8 @@ fn put_action(
         s[act::KEY_LEN] = -1;
         s[act::BODY_LEN] = -1;
     } else {
-        out.put_text(env, o + act::KEY_LEN, oo + act::O_KEY, &a.key, true)?;
-        out.put_bytes(env, o + act::BODY_LEN, oo + act::O_BODY, &a.body, false)?;
+        out.put_text(o + act::KEY_LEN, oo + act::O_KEY, &a.key, true);
+        out.put_bytes(o + act::BODY_LEN, oo + act::O_BODY, &a.body, false);
     }
     Ok(())
 }
@@ -658,13 +874,12 @@ fn opt_text(env: &Env<'_>, a: &JByteArray<'_>, what: &str) -> Result<Option<Stri
 
 /// The core response from the Java arguments (a null headers array = none).
 fn response_of(
-    env: &Env<'_>,
     status: jint,
-    headers: &JByteArray<'_>,
-    body: &JByteArray<'_>,
+    headers: Option<Vec<u8>>,
+    body: Option<Vec<u8>>,
     timing_unknown: jboolean,
 ) -> Result<Response, Fail> {
-    let headers = match opt_bytes(env, headers)? {
+    let headers = match headers {
         None => Vec::new(),
         Some(h) => parse_headers(&h).ok_or_else(|| arg_fail("malformed header encoding"))?,
     };
@@ -674,7 +889,7 @@ fn response_of(
         )));
     };
     let mut response = Response::new(status);
-    response.body = opt_bytes(env, body)?.unwrap_or_default();
+    response.body = body.unwrap_or_default();
     response.headers = headers;
     if timing_unknown {
         response = response.timing_unknown();
@@ -799,6 +1014,7 @@ where
             let bytes = match catch_unwind(AssertUnwindSafe(|| f(env))) {
                 Ok(Ok(w)) => w.0,
                 Ok(Err(Fail::Jni(e))) => return Err(e),
+                Ok(Err(Fail::Pending)) => return Err(jni::errors::Error::JavaException),
                 Ok(Err(Fail::Core(e))) => error_envelope(&e),
                 Err(payload) => {
                     let mut w = W::default();
@@ -909,7 +1125,12 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeAdopt<'c>(
         let request_body = opt_bytes(env, &request_body)?;
         let config = config_of(ttl_ms, timeout_bits, timeout_unbounded, create_request)?;
         let outcome = if failure < 0 {
-            CreateOutcome::Response(response_of(env, status, &headers, &body, timing_unknown)?)
+            CreateOutcome::Response(response_of(
+                status,
+                opt_bytes(env, &headers)?,
+                opt_bytes(env, &body)?,
+                timing_unknown,
+            )?)
         } else {
             CreateOutcome::Failure(parse_failure(failure)?)
         };
@@ -924,7 +1145,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeAdopt<'c>(
             None => Heartbeat::adopt_create(config, create)?,
             Some(keys) => Heartbeat::adopt_create_with_key_source(config, create, keys)?,
         };
-        put_decided(env, out, &hb, &first, 0)?;
+        put_decided(out, &hb, &first, 0)?;
         out.slots[ADOPT_HANDLE] = bits(into_handle(hb));
         Ok(ADOPT_HANDLE + 1)
     })
@@ -951,15 +1172,16 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFree<'c>(
 /// `static native int nativeSent(long handle, long attemptId, long nowNs,
 /// Object[] objs)`.
 #[unsafe(no_mangle)]
-pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeSent<'c>(
-    env: EnvUnowned<'c>,
-    _class: JClass<'c>,
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeSent(
+    env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
     handle: jlong,
     attempt_id: jlong,
     now_ns: jlong,
-    objs: JObjectArray<'c>,
+    objs: jni::sys::jobjectArray,
 ) -> jint {
-    hot(env, JLongArray::null(), objs, JByteArray::null(), |_, _| {
+    let none = std::ptr::null_mut();
+    hot_raw(env, none, objs, none, |_, _| {
         with_hb(handle, |hb| {
             hb.handle_sent(u64_of(attempt_id), u64_of(now_ns))?;
             Ok(0)
@@ -969,30 +1191,27 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeSent<'c>(
 
 /// Runs a decision-returning event on the heartbeat and writes the decision.
 fn decide(
-    env: &mut Env<'_>,
-    out: &mut Out<'_, '_>,
+    out: &mut Out,
     handle: jlong,
     known_attempt_id: jlong,
     f: impl FnOnce(&mut Heartbeat) -> Result<Decision, leasebeat::Error>,
 ) -> Result<usize, Fail> {
     with_hb(handle, |hb| {
         let d = f(hb)?;
-        put_decided(env, out, hb, &d, known_attempt_id)
+        put_decided(out, hb, &d, known_attempt_id)
     })
 }
 
 /// Writes a decision and the action it leaves ([`DECIDED_LEN`]).
 fn put_decided(
-    env: &mut Env<'_>,
-    out: &mut Out<'_, '_>,
+    out: &mut Out,
     hb: &Heartbeat,
     d: &Decision,
     known_attempt_id: jlong,
 ) -> Result<usize, Fail> {
-    put_decision(env, out, 0, 0, d)?;
+    put_decision(out, 0, 0, d)?;
     let action = hb.poll_action();
     put_action(
-        env,
         out,
         dec::LEN,
         DECIDED_O_ACTION,
@@ -1008,24 +1227,29 @@ fn put_decided(
 /// Result: the decision and the action ([`DECIDED_LEN`]).
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse<'c>(
-    env: EnvUnowned<'c>,
-    _class: JClass<'c>,
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse(
+    env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
     handle: jlong,
     attempt_id: jlong,
     status: jint,
-    headers: JByteArray<'c>,
-    body: JByteArray<'c>,
+    headers: jni::sys::jbyteArray,
+    body: jni::sys::jbyteArray,
     timing_unknown: jboolean,
     now_ns: jlong,
     known_attempt_id: jlong,
-    slots: JLongArray<'c>,
-    objs: JObjectArray<'c>,
-    text: JByteArray<'c>,
+    slots: jni::sys::jlongArray,
+    objs: jni::sys::jobjectArray,
+    text: jni::sys::jbyteArray,
 ) -> jint {
-    hot(env, slots, objs, text, |env, out| {
-        let response = response_of(env, status, &headers, &body, timing_unknown)?;
-        decide(env, out, handle, known_attempt_id, |hb| {
+    hot_raw(env, slots, objs, text, |raw, out| {
+        let response = response_of(
+            status,
+            raw.bytes(headers)?,
+            raw.bytes(body)?,
+            timing_unknown,
+        )?;
+        decide(out, handle, known_attempt_id, |hb| {
             hb.handle_response(u64_of(attempt_id), response, u64_of(now_ns))
         })
     })
@@ -1036,21 +1260,21 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse<'c>(
 /// failure 0 = timeout, 1 = connect, 2 = reset. Result as `nativeResponse`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure<'c>(
-    env: EnvUnowned<'c>,
-    _class: JClass<'c>,
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure(
+    env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
     handle: jlong,
     attempt_id: jlong,
     failure: jint,
     now_ns: jlong,
     known_attempt_id: jlong,
-    slots: JLongArray<'c>,
-    objs: JObjectArray<'c>,
-    text: JByteArray<'c>,
+    slots: jni::sys::jlongArray,
+    objs: jni::sys::jobjectArray,
+    text: jni::sys::jbyteArray,
 ) -> jint {
-    hot(env, slots, objs, text, |env, out| {
+    hot_raw(env, slots, objs, text, |_, out| {
         let failure = parse_failure(failure)?;
-        decide(env, out, handle, known_attempt_id, |hb| {
+        decide(out, handle, known_attempt_id, |hb| {
             hb.handle_failure(u64_of(attempt_id), failure, u64_of(now_ns))
         })
     })
@@ -1059,18 +1283,18 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure<'c>(
 /// `static native int nativeCancel(long handle, long nowNs, long
 /// knownAttemptId, long[] slots, Object[] objs, byte[] text)`. Result as `nativeResponse`.
 #[unsafe(no_mangle)]
-pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel<'c>(
-    env: EnvUnowned<'c>,
-    _class: JClass<'c>,
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel(
+    env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
     handle: jlong,
     now_ns: jlong,
     known_attempt_id: jlong,
-    slots: JLongArray<'c>,
-    objs: JObjectArray<'c>,
-    text: JByteArray<'c>,
+    slots: jni::sys::jlongArray,
+    objs: jni::sys::jobjectArray,
+    text: jni::sys::jbyteArray,
 ) -> jint {
-    hot(env, slots, objs, text, |env, out| {
-        decide(env, out, handle, known_attempt_id, |hb| {
+    hot_raw(env, slots, objs, text, |_, out| {
+        decide(out, handle, known_attempt_id, |hb| {
             hb.cancel(u64_of(now_ns))
         })
     })
@@ -1082,18 +1306,18 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel<'c>(
 /// slots, Object[] objs, byte[] text)`: the action ([`act`]); the key and body only for an
 /// attempt other than `knownAttemptId`.
 #[unsafe(no_mangle)]
-pub extern "system" fn Java_io_leasebeat_NativeBridge_nativePoll<'c>(
-    env: EnvUnowned<'c>,
-    _class: JClass<'c>,
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativePoll(
+    env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
     handle: jlong,
     known_attempt_id: jlong,
-    slots: JLongArray<'c>,
-    objs: JObjectArray<'c>,
-    text: JByteArray<'c>,
+    slots: jni::sys::jlongArray,
+    objs: jni::sys::jobjectArray,
+    text: jni::sys::jbyteArray,
 ) -> jint {
-    hot(env, slots, objs, text, |env, out| {
+    hot_raw(env, slots, objs, text, |_, out| {
         with_hb(handle, |hb| {
-            put_action(env, out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
+            put_action(out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
             Ok(act::LEN)
         })
     })
@@ -1112,20 +1336,20 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeState<'c>(
     objs: JObjectArray<'c>,
     text: JByteArray<'c>,
 ) -> jint {
-    hot(env, slots, objs, text, |env, out| {
+    hot(env, slots, objs, text, |_, out| {
         with_hb(handle, |hb| {
-            put_action(env, out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
+            put_action(out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
             out.slots[state::MODE] = hb.mode().map_or(-1, mode_index);
             out.slots[state::MAX_RTT] = bits(hb.max_rtt_ms());
             out.slots[state::LAST_EVENT] = bits(hb.last_event_ns());
             if let Some(rid) = hb.reservation_id() {
-                let rid = env.new_string(rid)?;
-                out.objs.set_element(env, state::O_RID, &rid)?;
+                out.objects
+                    .push((state::O_RID, rid.as_bytes().to_vec(), true));
             }
             if let Some(d) = hb.last_decision() {
                 out.slots[state::HAS_LAST] = 1;
                 let o = state::DECISION;
-                put_decision(env, out, o, state::O_DECISION, d)?;
+                put_decision(out, o, state::O_DECISION, d)?;
             }
             Ok(state::LEN)
         })
@@ -1385,55 +1609,219 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeRetryAfter<'c>(
 
 // ----- benchmark hook -----
 
-/// `static native double nativeBenchCore(int n, int batches)`: the benchmark's
-/// timed region in Rust alone, in this process (scripts/bench-jvm.sh): per
-/// batch, `n` heartbeats in the core bench's state (create answered, first
-/// extend in flight; not timed), then `handle_response(200 extend body)` +
-/// `poll_action` on each (timed). Returns the median ns per operation over the
-/// batches, or -1 if the fixture failed.
+/// `static native double nativeBenchCore(int n, int batches, int mode)`: the benchmark's timed region in Rust alone, in this process
+/// (scripts/bench-jvm.sh): per batch, `n` heartbeats in the core bench's
+/// state (create answered, first extend in flight; not timed), then
+/// `handle_response(200 extend body)` + `poll_action` on each (timed).
+/// Mode 0: the heartbeats side by side in one `Vec` (as the core's criterion
+/// bench); 1: each behind its own `Box` and lock, as a Java handle; 2: as 0,
+/// with the caches flushed before the timed loop (64 MiB written), as the GC
+/// does for the Java loop.
+/// Returns the median ns per operation over the batches, or -1 if the
+/// fixture failed.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchCore<'c>(
     _env: EnvUnowned<'c>,
     _class: JClass<'c>,
     n: jint,
     batches: jint,
+    mode: jint,
 ) -> f64 {
-    catch_unwind(|| bench_core(n.max(1) as usize, batches.max(1) as usize)).unwrap_or(-1.0)
+    catch_unwind(|| bench_core(n.max(1) as usize, batches.max(1) as usize, mode)).unwrap_or(-1.0)
 }
 
-fn bench_core(n: usize, batches: usize) -> f64 {
-    const MS: u64 = 1_000_000;
-    const CREATE: &[u8] = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:acme"],"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}"#;
-    const EXTEND: &[u8] =
-        br#"{"status":"ACTIVE","expires_at_ms":1785585720000,"remaining_ttl_ms":60000}"#;
-    let in_flight = || -> Option<(Heartbeat, u64)> {
-        let mut hb = Heartbeat::with_key_source(
-            Config::new(60_000, Some(10_000)),
-            Box::new(SequentialKeys::new("k")),
-        )
-        .ok()?;
-        let id = hb.attempt()?.id;
-        hb.handle_sent(id, 0).ok()?;
-        hb.handle_response(id, Response::new(200).body(CREATE), 1_500 * MS)
-            .ok()?;
-        let id = hb.attempt()?.id;
-        hb.handle_sent(id, 38_500 * MS).ok()?;
-        Some((hb, id))
-    };
-    let mut per_batch = Vec::with_capacity(batches);
-    for _ in 0..batches {
-        let Some(mut hbs) = (0..n).map(|_| in_flight()).collect::<Option<Vec<_>>>() else {
-            return -1.0;
-        };
-        let t0 = std::time::Instant::now();
-        for (hb, id) in &mut hbs {
-            let d = hb.handle_response(*id, Response::new(200).body(EXTEND), 38_600 * MS);
+/// This thread's CPU time in ns (the benchmark's clock: time this thread
+/// waited while other processes ran is not counted; DecisionBench times the
+/// Java loops with the same clock through `ThreadMXBean`). Wall time where
+/// the thread clock is not available here.
+fn bench_clock() -> u64 {
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    {
+        #[repr(C)]
+        struct Timespec {
+            sec: i64,
+            nsec: i64,
+        }
+        unsafe extern "C" {
+            fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+        }
+        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+        let mut ts = Timespec { sec: 0, nsec: 0 };
+        // SAFETY: `ts` is a valid timespec (two 64-bit fields on 64-bit Linux).
+        if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0 {
+            return (ts.sec as u64) * 1_000_000_000 + ts.nsec as u64;
+        }
+    }
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
+}
+
+const BENCH_EXTEND: &[u8] =
+    br#"{"status":"ACTIVE","expires_at_ms":1785585720000,"remaining_ttl_ms":60000}"#;
+
+/// `static native long nativeBenchPrepare(int n)`: a batch of `n` Rust-made
+/// heartbeats in the bench state, side by side in a `Vec`, for
+/// [`Java_io_leasebeat_NativeBridge_nativeBenchRun`] (0 if the fixture
+/// failed). Lets the Java side run the same GC between setup and timing as
+/// for its own batches.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchPrepare(
+    _env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
+    n: jint,
+) -> jlong {
+    catch_unwind(|| {
+        (0..n.max(1))
+            .map(|_| bench_in_flight())
+            .collect::<Option<Vec<_>>>()
+            .map_or(0, |v| Box::into_raw(Box::new(v)) as usize as jlong)
+    })
+    .unwrap_or(0)
+}
+
+/// `static native double nativeBenchRun(long batch)`: the timed region on a
+/// batch from `nativeBenchPrepare`, which it frees: ns per operation.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchRun(
+    _env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
+    batch: jlong,
+) -> f64 {
+    if batch == 0 {
+        return -1.0;
+    }
+    // SAFETY: a non-zero value comes from `nativeBenchPrepare`, run once.
+    let mut hbs = unsafe { Box::from_raw(batch as usize as *mut Vec<(Heartbeat, u64)>) };
+    catch_unwind(AssertUnwindSafe(|| {
+        let t0 = bench_clock();
+        for (hb, id) in hbs.iter_mut() {
+            let d = hb.handle_response(
+                *id,
+                Response::new(200).body(BENCH_EXTEND),
+                38_600 * 1_000_000,
+            );
             std::hint::black_box(&d);
             std::hint::black_box(hb.poll_action());
         }
-        per_batch.push(t0.elapsed().as_nanos() as f64 / n as f64);
-        drop(hbs);
+        (bench_clock() - t0) as f64 / hbs.len().max(1) as f64
+    }))
+    .unwrap_or(-1.0)
+}
+
+fn bench_in_flight() -> Option<(Heartbeat, u64)> {
+    const MS: u64 = 1_000_000;
+    const CREATE: &[u8] = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:acme"],"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}"#;
+    let mut hb = Heartbeat::with_key_source(
+        Config::new(60_000, Some(10_000)),
+        Box::new(SequentialKeys::new("k")),
+    )
+    .ok()?;
+    let id = hb.attempt()?.id;
+    hb.handle_sent(id, 0).ok()?;
+    hb.handle_response(id, Response::new(200).body(CREATE), 1_500 * MS)
+        .ok()?;
+    let id = hb.attempt()?.id;
+    hb.handle_sent(id, 38_500 * MS).ok()?;
+    Some((hb, id))
+}
+
+fn bench_core(n: usize, batches: usize, mode: jint) -> f64 {
+    const MS: u64 = 1_000_000;
+    let in_flight = bench_in_flight;
+    let mut per_batch = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let elapsed = if mode == 1 {
+            let Some(hbs) = (0..n)
+                .map(|_| in_flight().map(|(hb, id)| (Box::new(Handle { hb: Mutex::new(hb) }), id)))
+                .collect::<Option<Vec<_>>>()
+            else {
+                return -1.0;
+            };
+            let t0 = bench_clock();
+            for (h, id) in &hbs {
+                let Ok(mut hb) = h.hb.lock() else {
+                    return -1.0;
+                };
+                let d = hb.handle_response(*id, Response::new(200).body(BENCH_EXTEND), 38_600 * MS);
+                std::hint::black_box(&d);
+                std::hint::black_box(hb.poll_action());
+            }
+            bench_clock() - t0
+        } else {
+            let Some(mut hbs) = (0..n).map(|_| in_flight()).collect::<Option<Vec<_>>>() else {
+                return -1.0;
+            };
+            if mode == 2 {
+                let mut flush = vec![0u8; 64 << 20];
+                for (i, b) in flush.iter_mut().enumerate().step_by(64) {
+                    *b = i as u8;
+                }
+                std::hint::black_box(&flush);
+            }
+            let t0 = bench_clock();
+            for (hb, id) in &mut hbs {
+                let d = hb.handle_response(*id, Response::new(200).body(BENCH_EXTEND), 38_600 * MS);
+                std::hint::black_box(&d);
+                std::hint::black_box(hb.poll_action());
+            }
+            bench_clock() - t0
+        };
+        per_batch.push(elapsed as f64 / n as f64);
     }
     per_batch.sort_by(f64::total_cmp);
     per_batch[per_batch.len() / 2]
+}
+
+/// `static native double nativeBenchHandles(long[] handles, long[] ids, long
+/// nowNs)`: the benchmark's timed region in Rust alone, but on heartbeats
+/// made through the Java API (their handles, each with attempt `ids[i]` in
+/// flight): `handle_response(200 extend body)` + `poll_action` on each, in
+/// one Rust loop with no JNI crossing per operation. Returns ns per
+/// operation, or -1. Tells the cost of where those heartbeats lie in memory
+/// apart from the cost of entering the core from Java once per operation.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchHandles(
+    env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
+    handles: jni::sys::jlongArray,
+    ids: jni::sys::jlongArray,
+    now_ns: jlong,
+) -> f64 {
+    let raw = Raw(env);
+    let longs = |a: jni::sys::jlongArray| -> Option<Vec<i64>> {
+        let n = raw.len(a).ok()?;
+        let mut v = vec![0i64; n];
+        // SAFETY: `v` holds `n` longs, the array's length.
+        unsafe { (raw.iface().v1_1.GetLongArrayRegion)(raw.0, a, 0, n as i32, v.as_mut_ptr()) };
+        (!raw.pending()).then_some(v)
+    };
+    catch_unwind(AssertUnwindSafe(|| {
+        let (Some(handles), Some(ids)) = (longs(handles), longs(ids)) else {
+            return -1.0;
+        };
+        if handles.len() != ids.len() || handles.is_empty() {
+            return -1.0;
+        }
+        let t0 = bench_clock();
+        for (&h, &id) in handles.iter().zip(&ids) {
+            let r = with_hb(h, |hb| {
+                let d = hb.handle_response(
+                    u64_of(id),
+                    Response::new(200).body(BENCH_EXTEND),
+                    u64_of(now_ns),
+                );
+                std::hint::black_box(&d);
+                std::hint::black_box(hb.poll_action());
+                Ok(())
+            });
+            if r.is_err() {
+                return -1.0;
+            }
+        }
+        (bench_clock() - t0) as f64 / handles.len() as f64
+    }))
+    .unwrap_or(-1.0)
 }

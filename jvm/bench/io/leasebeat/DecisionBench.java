@@ -37,6 +37,20 @@ final class DecisionBench {
 
   private DecisionBench() {}
 
+  private static final java.lang.management.ThreadMXBean THREADS =
+      java.lang.management.ManagementFactory.getThreadMXBean();
+
+  /**
+   * The clock: this thread's CPU time (time spent waiting while other processes ran is not
+   * counted; the Rust hooks use the same clock), or nanoTime with -Dbench.clock=wall.
+   */
+  static final boolean CPU =
+      !"wall".equals(System.getProperty("bench.clock")) && THREADS.isCurrentThreadCpuTimeSupported();
+
+  static long now() {
+    return CPU ? THREADS.getCurrentThreadCpuTime() : System.nanoTime();
+  }
+
   /** A heartbeat whose create succeeded and whose first extend is in flight; returns its id. */
   static Heartbeat inFlight(long[] id, int i) {
     Heartbeat hb =
@@ -61,17 +75,60 @@ final class DecisionBench {
       System.gc(); // live heartbeats compacted, as long-lived ones are in a running service
     }
     Object last = null;
-    long t0 = System.nanoTime();
+    long t0 = now();
     for (int i = 0; i < n; i++) {
       Decision d = hbs[i].handleResponse(ids[i], EXTEND_OK, 38_600 * MS);
       last = poll ? hbs[i].pollAction() : d;
     }
-    long t1 = System.nanoTime();
+    long t1 = now();
     sink = last;
     for (Heartbeat hb : hbs) {
       hb.close();
     }
     return (t1 - t0) / (double) n;
+  }
+
+  /**
+   * ns per op of the same calls in one Rust loop (no JNI per operation) on a batch of heartbeats
+   * made through the Java API exactly as {@link #batch}'s: the core's cost on the very heartbeats
+   * (and memory placement) the Java loop walks.
+   */
+  static double rustBatch(int n) throws ReflectiveOperationException {
+    Heartbeat[] hbs = new Heartbeat[n];
+    long[] ids = new long[n];
+    long[] handles = new long[n];
+    for (int i = 0; i < n; i++) {
+      hbs[i] = inFlight(ids, i);
+      handles[i] = HANDLE.getLong(hbs[i]);
+    }
+    if (GC) {
+      System.gc();
+    }
+    double r = NativeBridge.nativeBenchHandles(handles, ids, 38_600 * MS);
+    for (Heartbeat hb : hbs) {
+      hb.close();
+    }
+    return r;
+  }
+
+  /** The core reference with the same GC between setup and timing as {@link #batch}. */
+  static double coreBatch(int n) {
+    long b = NativeBridge.nativeBenchPrepare(n);
+    if (GC) {
+      System.gc();
+    }
+    return NativeBridge.nativeBenchRun(b);
+  }
+
+  private static final java.lang.reflect.Field HANDLE;
+
+  static {
+    try {
+      HANDLE = Heartbeat.class.getDeclaredField("handle");
+      HANDLE.setAccessible(true);
+    } catch (ReflectiveOperationException e) {
+      throw new ExceptionInInitializerError(e);
+    }
   }
 
   /** Split timings (bench.splits=true): the native calls alone and the Java decoding alone. */
@@ -92,7 +149,7 @@ final class DecisionBench {
     long[][] slots = new long[n][];
     Object[][] objs = new Object[n][];
     byte[][] texts = new byte[n][];
-    long t0 = System.nanoTime();
+    long t0 = now();
     for (int i = 0; i < n; i++) {
       slots[i] = new long[Slots.DECIDED_LEN];
       objs[i] = new Object[Slots.DECIDED_OBJS];
@@ -101,12 +158,12 @@ final class DecisionBench {
           handles[i], ids[i], 200, null, body, false, 38_600 * MS, ids[i], slots[i], objs[i],
           texts[i]);
     }
-    long t1 = System.nanoTime();
+    long t1 = now();
     Object last = null;
     for (int i = 0; i < n; i++) {
       last = Slots.decision(slots[i], 0, objs[i], 0, texts[i], 0, 0);
     }
-    long t2 = System.nanoTime();
+    long t2 = now();
     long[][] ps = new long[n][];
     Object[][] po = new Object[n][];
     byte[][] pt = new byte[n][];
@@ -116,22 +173,54 @@ final class DecisionBench {
       pt[i] = new byte[Slots.TEXT_LEN];
       NativeBridge.nativePoll(handles[i], 0, ps[i], po[i], pt[i]);
     }
-    long t3 = System.nanoTime();
+    long t3 = now();
     for (int i = 0; i < n; i++) {
       last = Slots.action(ps[i], 0, po[i], 0, pt[i], 0, null, null, 0);
     }
-    long t4 = System.nanoTime();
+    long t4 = now();
     for (int i = 0; i < n; i++) {
       NativeBridge.nativeSent(handles[i], 99, 38_700 * MS, new Object[2]);
     }
-    long t5 = System.nanoTime();
+    long t5 = now();
     sink = last;
+    for (Heartbeat hb : hbs) {
+      hb.close();
+    }
+    // The same native call with the result arrays reused (no allocation in the loop).
+    for (int i = 0; i < n; i++) {
+      hbs[i] = inFlight(ids, i);
+      handles[i] = hf.getLong(hbs[i]);
+    }
+    if (GC) {
+      System.gc();
+    }
+    long[] s1 = new long[Slots.DECIDED_LEN];
+    Object[] o1 = new Object[Slots.DECIDED_OBJS];
+    byte[] x1 = new byte[Slots.TEXT_LEN];
+    long t6 = now();
+    for (int i = 0; i < n; i++) {
+      NativeBridge.nativeResponse(
+          handles[i], ids[i], 200, null, body, false, 38_600 * MS, ids[i], s1, o1, x1);
+    }
+    long t7 = now();
+    for (Heartbeat hb : hbs) {
+      hb.close();
+    }
+    // The core in one Rust loop, on heartbeats made through the Java API.
+    for (int i = 0; i < n; i++) {
+      hbs[i] = inFlight(ids, i);
+      handles[i] = hf.getLong(hbs[i]);
+    }
+    if (GC) {
+      System.gc();
+    }
+    double rustOnJava = NativeBridge.nativeBenchHandles(handles, ids, 38_600 * MS);
     for (Heartbeat hb : hbs) {
       hb.close();
     }
     return new double[] {
       (t1 - t0) / (double) n, (t2 - t1) / (double) n, (t3 - t2) / (double) n,
-      (t4 - t3) / (double) n, (t5 - t4) / (double) n
+      (t4 - t3) / (double) n, (t5 - t4) / (double) n, (t7 - t6) / (double) n, rustOnJava
     };
   }
 
@@ -154,9 +243,11 @@ final class DecisionBench {
       String[] names = {
         "nativeResponse (JNI + core + decision and action slots)", "Slots.decision (Java decode)",
         "nativePoll (JNI + core + key/body)", "Slots.action (Java decode)",
-        "nativeSent failing NOT_OUTSTANDING (JNI + error path)"
+        "nativeSent failing NOT_OUTSTANDING (JNI + error path)",
+        "nativeResponse, result arrays reused",
+        "rust loop on heartbeats made through Java (no JNI per op)"
       };
-      for (int w = 0; w < 300; w++) {
+      for (int w = 0; w < 150; w++) {
         splits(1000);
       }
       double[][] r = new double[names.length][40];
@@ -170,6 +261,12 @@ final class DecisionBench {
         System.out.printf("%-58s %10.1f%n", names[k], median(r[k]));
       }
       System.out.printf("%-58s %10.1f%n", "rust core alone", NativeBridge.benchCore(1000, 40));
+      System.out.printf(
+          "%-58s %10.1f%n", "rust core alone, boxed heartbeats", NativeBridge.benchCoreBoxed(1000, 40));
+      System.out.printf(
+          "%-58s %10.1f%n",
+          "rust core alone, caches flushed before timing",
+          NativeBridge.benchCoreFlushed(1000, 40));
       return;
     }
     int n = 1000;
@@ -180,42 +277,76 @@ final class DecisionBench {
       batch(n, true);
       batch(n, false);
     }
+    for (int w = 0; w < 20; w++) {
+      rustBatch(n);
+      coreBatch(n);
+    }
     double[] primary = new double[rounds];
     double[] responseOnly = new double[rounds];
     double[] core = new double[rounds];
+    double[] same = new double[rounds];
+    double[] warm = new double[rounds];
     for (int r = 0; r < rounds; r++) {
       double[] a = new double[batches];
       double[] b = new double[batches];
+      double[] h = new double[batches];
+      double[] c = new double[batches];
       for (int i = 0; i < batches; i++) {
         a[i] = batch(n, true);
         b[i] = batch(n, false);
+        h[i] = rustBatch(n);
+        c[i] = coreBatch(n);
       }
       primary[r] = median(a);
       responseOnly[r] = median(b);
-      core[r] = NativeBridge.benchCore(n, batches);
+      same[r] = median(h);
+      core[r] = median(c);
+      warm[r] = NativeBridge.benchCore(n, batches);
     }
     double p = median(primary);
     double ro = median(responseOnly);
     double c = median(core);
+    double sh = median(same);
+    double cw = median(warm);
     System.out.printf("rounds: %d x %d batches of %d heartbeats%n", rounds, batches, n);
     System.out.printf("round medians, decision + poll: %s%n", Arrays.toString(round1(primary)));
     System.out.printf("round medians, core:            %s%n", Arrays.toString(round1(core)));
+    System.out.printf("round medians, core warm:       %s%n", Arrays.toString(round1(warm)));
+    System.out.printf("round medians, core on Java's:  %s%n", Arrays.toString(round1(same)));
+    System.out.printf("clock: %s%n", CPU ? "thread CPU time" : "wall (nanoTime; Rust hooks: CPU)");
     System.out.printf("%-58s %10s%n", "what (median ns per operation)", "ns");
     System.out.printf("%-58s %10.1f%n", "java handleResponse(200 extend) + pollAction", p);
     System.out.printf("%-58s %10.1f%n", "java handleResponse(200 extend) only", ro);
     System.out.printf("%-58s %10.1f%n", "rust core handle_response + poll_action, same process", c);
+    System.out.printf("%-58s %10.1f%n", "rust core, warm (no GC between setup and timing)", cw);
+    System.out.printf("%-58s %10.1f%n", "rust core, same calls on the Java-made heartbeats", sh);
     System.out.printf("%-58s %10.1f%n", "JNI + Java overhead above the core (target <= 300)", p - c);
+    System.out.printf("%-58s %10.1f%n", "JNI + Java overhead above the core, same heartbeats", p - sh);
     System.out.printf(
         "BENCH {\"id\": \"jvm.decision\", \"what\": \"Java handleResponse(200 extend body) +"
             + " pollAction, warmed loop\", \"value\": %.1f, \"unit\": \"ns\"}%n",
         p);
     System.out.printf(
         "BENCH {\"id\": \"jvm.core_same_process\", \"what\": \"the same calls in Rust inside the"
-            + " JVM process (no JNI)\", \"value\": %.1f, \"unit\": \"ns\"}%n",
+            + " JVM process (no JNI; Rust-made heartbeats, same GC between setup and timing as the"
+            + " Java batches)\", \"value\": %.1f, \"unit\": \"ns\"}%n",
         c);
+    System.out.printf(
+        "BENCH {\"id\": \"jvm.core_warm\", \"what\": \"the same, timed right after setup (caches warm,"
+            + " as the core's criterion bench)\", \"value\": %.1f, \"unit\": \"ns\"}%n",
+        cw);
     System.out.printf(
         "BENCH {\"id\": \"jvm.overhead\", \"what\": \"JNI and Java cost above the core, same run\","
             + " \"value\": %.1f, \"unit\": \"ns\"}%n",
         p - c);
+    System.out.printf(
+        "BENCH {\"id\": \"jvm.core_same_heartbeats\", \"what\": \"the same calls in one Rust loop on"
+            + " the heartbeats made through the Java API (their memory placement)\", \"value\": %.1f,"
+            + " \"unit\": \"ns\"}%n",
+        sh);
+    System.out.printf(
+        "BENCH {\"id\": \"jvm.overhead_same_heartbeats\", \"what\": \"JNI and Java cost above the"
+            + " core on the same heartbeats, same run\", \"value\": %.1f, \"unit\": \"ns\"}%n",
+        p - sh);
   }
 }

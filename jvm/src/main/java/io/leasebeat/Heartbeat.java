@@ -494,26 +494,38 @@ public final class Heartbeat implements AutoCloseable {
    */
   private Decision decide(DecisionCall f) {
     long[] slots = new long[Slots.DECIDED_LEN];
-    Object[] objs = new Object[Slots.DECIDED_OBJS];
-    byte[] text = new byte[Slots.TEXT_LEN];
+    Slots.Scratch scratch = Slots.scratch();
+    Object[] objs = scratch.objs;
+    byte[] text = scratch.text;
     Known k = known;
     int status;
     long m;
-    long stamp = enter();
-    long h = handle;
     try {
-      synchronized (lock) {
-        m = ++mutations;
-        status = f.call(h, Known.id(k), slots, objs, text);
+      long stamp = enter();
+      long h = handle;
+      try {
+        synchronized (lock) {
+          m = ++mutations;
+          status = f.call(h, Known.id(k), slots, objs, text);
+        }
+      } finally {
+        exit(stamp);
       }
+      Slots.check(status, objs);
+      Decision d = Slots.decision(slots, 0, objs, 0, text, 0, origin);
+      remember(
+          m,
+          slots,
+          Slots.DEC_LEN,
+          objs,
+          Slots.DECIDED_O_ACTION,
+          text,
+          Slots.decisionText(slots, 0),
+          k);
+      return d;
     } finally {
-      exit(stamp);
+      scratch.clear();
     }
-    Slots.check(status, objs);
-    Decision d = Slots.decision(slots, 0, objs, 0, text, 0, origin);
-    remember(
-        m, slots, Slots.DEC_LEN, objs, Slots.DECIDED_O_ACTION, text, Slots.decisionText(slots, 0), k);
-    return d;
   }
 
   /** Decodes and remembers the action of change (or poll) number {@code m}. */
@@ -615,22 +627,27 @@ public final class Heartbeat implements AutoCloseable {
       return k.action;
     }
     long[] slots = new long[Slots.ACT_LEN];
-    Object[] objs = new Object[2];
-    byte[] text = new byte[Slots.TEXT_LEN];
+    Slots.Scratch scratch = Slots.scratch();
+    Object[] objs = scratch.objs;
+    byte[] text = scratch.text;
     int status;
     long m;
-    long stamp = enter();
-    long h = handle;
     try {
-      synchronized (lock) {
-        m = mutations;
-        status = NativeBridge.nativePoll(h, Known.id(k), slots, objs, text);
+      long stamp = enter();
+      long h = handle;
+      try {
+        synchronized (lock) {
+          m = mutations;
+          status = NativeBridge.nativePoll(h, Known.id(k), slots, objs, text);
+        }
+      } finally {
+        exit(stamp);
       }
+      Slots.check(status, objs);
+      return remember(m, slots, 0, objs, 0, text, 0, k);
     } finally {
-      exit(stamp);
+      scratch.clear();
     }
-    Slots.check(status, objs);
-    return remember(m, slots, 0, objs, 0, text, 0, k);
   }
 
   /**

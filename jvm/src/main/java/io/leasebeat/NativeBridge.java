@@ -88,9 +88,31 @@ final class NativeBridge {
   static native byte[] nativeRetryAfter(byte[] values);
 
   /** The benchmark's timed region in Rust alone (see DecisionBench): median ns per operation. */
-  static native double nativeBenchCore(int n, int batches);
+  static native double nativeBenchCore(int n, int batches, int mode);
+
+  /**
+   * The same calls in one Rust loop on heartbeats made through the Java API (DecisionBench's
+   * splits): ns per operation.
+   */
+  static native double nativeBenchHandles(long[] handles, long[] ids, long nowNs);
+
+  /** As {@link #benchCore}, each heartbeat behind its own box and lock (as a Java handle). */
+  static double benchCoreBoxed(int n, int batches) {
+    return nativeBenchCore(n, batches, 1);
+  }
+
+  /** As {@link #benchCore}, with the caches flushed (64 MiB written) before each timed loop. */
+  static double benchCoreFlushed(int n, int batches) {
+    return nativeBenchCore(n, batches, 2);
+  }
+
+  /** A batch of n Rust-made heartbeats for {@link #nativeBenchRun} (DecisionBench). */
+  static native long nativeBenchPrepare(int n);
+
+  /** The timed region on a prepared batch, which it frees: ns per operation. */
+  static native double nativeBenchRun(long batch);
 
   static double benchCore(int n, int batches) {
-    return nativeBenchCore(n, batches);
+    return nativeBenchCore(n, batches, 0);
   }
 }

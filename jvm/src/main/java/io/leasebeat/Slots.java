@@ -86,6 +86,27 @@ final class Slots {
    */
   static final int TEXT_LEN = 512;
 
+  /**
+   * A thread's text buffer and object slots for the hot calls (decisions and polls): read while
+   * decoding, before the call returns; nothing keeps them (strings and bodies are copied out), so
+   * one per thread saves allocating and zeroing them per call. {@link #clear} after each use
+   * drops any object the call left (an error's message, a text too long for the buffer).
+   */
+  static final class Scratch {
+    final byte[] text = new byte[TEXT_LEN];
+    final Object[] objs = new Object[DECIDED_OBJS];
+
+    void clear() {
+      Arrays.fill(objs, null);
+    }
+  }
+
+  private static final ThreadLocal<Scratch> SCRATCH = ThreadLocal.withInitial(Scratch::new);
+
+  static Scratch scratch() {
+    return SCRATCH.get();
+  }
+
   /** The adoption's handle slot, after its first decision. */
   static final int ADOPT_HANDLE = DECIDED_LEN;
 

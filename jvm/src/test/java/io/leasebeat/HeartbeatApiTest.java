@@ -486,4 +486,44 @@ class HeartbeatApiTest {
     assertThrows(NullPointerException.class, () -> HeartbeatMath.retryReserve(null, Num.of(0)));
     assertThrows(NullPointerException.class, () -> HeartbeatMath.parseRetryAfter(null));
   }
+
+  /**
+   * A reservation id, key and body together longer than the hot calls' 512-byte text buffer: what
+   * does not fit comes back as objects, whole, and the scratch buffer leaves nothing behind for
+   * the next call (an error, then a short decision).
+   */
+  @Test
+  void textsLongerThanTheBufferComeBackWhole() throws Exception {
+    String rid = "r-" + "x".repeat(126);
+    String prefix = "k-" + "y".repeat(250);
+    try (Heartbeat hb =
+        Heartbeat.builder()
+            .ttlMillis(60_000)
+            .requestTimeoutMillis(10_000)
+            .keyPrefix(prefix)
+            .reservationId(rid)
+            .originNanos(0)
+            .build()) {
+      Attempt first = hb.pollAction().attempt().orElseThrow();
+      assertTrue(first.key().startsWith(prefix));
+      hb.handleSent(first.id(), 0);
+      byte[] ok =
+          "{\"status\":\"ACTIVE\",\"expires_at_ms\":1785585720000,\"remaining_ttl_ms\":60000}"
+              .getBytes(StandardCharsets.UTF_8);
+      Decision d = hb.handleResponse(first.id(), Response.of(200).withBody(ok), 1_000 * MS);
+      assertEquals(Optional.of(rid), d.reservationId());
+      Attempt next = hb.pollAction().attempt().orElseThrow();
+      assertNotEquals(first.id(), next.id());
+      assertTrue(next.key().startsWith(prefix));
+      String body = new String(next.body(), StandardCharsets.UTF_8);
+      assertTrue(body.length() > 256 && body.contains(next.key()), body);
+      assertTrue(d.toJson().startsWith("{"), d.toJson());
+      LeaseException e =
+          assertThrows(LeaseException.class, () -> hb.handleSent(next.id() + 7, 2_000 * MS));
+      assertEquals(LeaseException.Code.NOT_OUTSTANDING, e.code());
+      Decision c = hb.cancel(3_000 * MS);
+      assertEquals(Optional.of(StopReason.CANCELLED), c.stopReason());
+      assertEquals(Optional.of(rid), c.reservationId());
+    }
+  }
 }
