@@ -53,6 +53,8 @@ function install () {
   }
   const respond = takeRaw('__lbRespond')
   const respondBody = takeRaw('__lbRespondBody')
+  const respondText = takeRaw('__lbRespondText')
+  const register = takeRaw('__lbScratch')
   const poll = takeRaw('__lbPoll')
   const sent = takeRaw('__lbSent')
   const fail = takeRaw('__lbFail')
@@ -83,6 +85,12 @@ function install () {
   const bytes = new Uint8Array(buffer)
   const f64 = new Float64Array(buffer, 0, BYTES / 8)
   const u64 = new BigUint64Array(buffer, 0, BYTES / 8)
+  // Its address is registered once (the addon keeps it alive).
+  register(bytes)
+  // A string body without lone surrogates may be read as UTF-8 (one
+  // Node-API call); any other goes the general way (UTF-16, whose read
+  // refuses a lone surrogate with the documented error).
+  const isWellFormed = String.prototype.isWellFormed
 
   // Per heartbeat: its reservation id once known, and the key and body text
   // of the last attempt handed out (ids are unique per heartbeat).
@@ -233,8 +241,10 @@ function install () {
         const timingUnknown = response.timingUnknown
         const c = handleOf(this)
         const text = headers === undefined && timingUnknown === undefined
-          ? respondBody(c.h, attemptId, status, body, now, bytes, c.id)
-          : respond(c.h, attemptId, status, headers, body, timingUnknown, now, bytes, c.id)
+          ? (typeof body === 'string' && isWellFormed !== undefined && isWellFormed.call(body)
+              ? respondText(c.h, attemptId, status, body, now, c.id)
+              : respondBody(c.h, attemptId, status, body, now, c.id))
+          : respond(c.h, attemptId, status, headers, body, timingUnknown, now, c.id)
         c.epoch = ++epoch
         if (text !== null) absorb(c, text)
         return decision(this, (f64[0] & SLOW) === 0)
@@ -251,21 +261,21 @@ function install () {
       value: function handleFailure (attemptId, failure, now) {
         const c = handleOf(this)
         c.epoch = -1
-        return decision(this, fail(c.h, attemptId, failure, now, bytes))
+        return decision(this, fail(c.h, attemptId, failure, now))
       }
     },
     cancel: {
       value: function cancel (now) {
         const c = handleOf(this)
         c.epoch = -1
-        return decision(this, cancelFast(c.h, now, bytes))
+        return decision(this, cancelFast(c.h, now))
       }
     },
     pollAction: {
       value: function pollAction () {
         const c = handleOf(this)
         if (c.epoch !== epoch) {
-          const text = poll(c.h, bytes, c.id, false)
+          const text = poll(c.h, c.id, false)
           c.epoch = ++epoch
           if (text !== null) absorb(c, text)
         }
@@ -277,14 +287,14 @@ function install () {
     },
     lastDecision: {
       get: function () {
-        const written = last(handleOf(this).h, bytes)
+        const written = last(handleOf(this).h)
         return written === null ? null : decision(this, written)
       }
     },
     attempt: {
       get: function () {
         const c = handleOf(this)
-        const text = poll(c.h, bytes, c.id, true)
+        const text = poll(c.h, c.id, true)
         epoch++ // the slots now hold the attempt, not the action
         if (f64[32] & SLOW) return slow.attempt.call(this)
         if (f64[33] === 3) return null

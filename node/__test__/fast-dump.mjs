@@ -71,6 +71,22 @@ for (const bad of [null, [], 'x', { status: 200, extra: 1 }, { body: CREATE }, {
   tryIt(() => b.handleResponse(1, bad, 1))
   b.attempt
 }
+// String bodies with real non-ASCII text (read as UTF-8 when well formed):
+// whitespace before the members moves 'é' and the emoji across 1 KiB (the
+// addon's first read), and a lone surrogate far into a long body.
+for (let pad = 990; pad <= 1030; pad++) {
+  const b = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'u' })
+  b.handleSent(1, 0)
+  tryIt(() => b.handleResponse(1, { status: 200, body: '{' + ' '.repeat(pad) + '"reservation_id":"r-\u00e9\ud83d\ude00\u00e9","decision":"ALLOW","affected_scopes":["tenant:acme"],"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}' }, 1))
+  b.reservationId
+}
+for (const body of ['{' + ' '.repeat(5000) + '"reservation_id":"r-\ud800"}', '{"reservation_id":"\u00e9' + '\ud83d\ude00'.repeat(600) + '"}', '\u00e9'.repeat(2000)]) {
+  const b = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'v' })
+  b.handleSent(1, 0)
+  tryIt(() => b.handleResponse(1, { status: 99, body }, 1))
+  tryIt(() => b.handleResponse(1, { status: 200, body }, 1))
+  b.attempt
+}
 const hb = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'k\u00e9\ud83d\ude00-' })
 const attempt = () => hb.attempt
 tryIt(() => hb.handleResponse(1, { status: 200, body: CREATE }, 1))
