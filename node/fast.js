@@ -60,6 +60,7 @@ function install () {
   const fail = takeRaw('__lbFail')
   const cancelFast = takeRaw('__lbCancel')
   const last = takeRaw('__lbLast')
+  const get = takeRaw('__lbGet')
   if (keepNative) return
   const slow = {
     handleResponse: proto.handleResponse,
@@ -124,6 +125,29 @@ function install () {
     const c = cacheOf(hb)
     if (c.h === undefined) c.h = handle.call(hb)
     return c
+  }
+
+  // A getter's (or pollTimeout's) value through __lbGet. A receiver that is
+  // not a Heartbeat goes to the regular native getter, whose error napi-rs
+  // words differently from the methods' (and nothing is stored on it).
+  const GOT = ['reservationId', 'stopReason', 'mode', 'pollTimeout', 'lastEventNs', 'ttlMs', 'requestTimeoutMs', 'maxRttMs']
+    .map((name) => {
+      const d = Object.getOwnPropertyDescriptor(proto, name)
+      return d.get ?? d.value
+    })
+  function got (hb, code) {
+    let c = typeof hb === 'object' && hb !== null ? (hb[CACHE] ?? frozen.get(hb)) : undefined
+    if (c === undefined || c.h === undefined) {
+      let h
+      try {
+        h = handle.call(hb)
+      } catch {
+        return GOT[code].call(hb)
+      }
+      c = cacheOf(hb)
+      c.h = h
+    }
+    return get(c.h, code)
   }
 
   function numbers () {
@@ -302,6 +326,16 @@ function install () {
         return attempt(c)
       }
     },
+    // The plain getters and pollTimeout(): one raw call each (the codes of
+    // Got::of in src/lib.rs), the same values and errors.
+    reservationId: { get: function () { return got(this, 0) } },
+    stopReason: { get: function () { return got(this, 1) } },
+    mode: { get: function () { return got(this, 2) } },
+    pollTimeout: { value: function pollTimeout () { return got(this, 3) } },
+    lastEventNs: { get: function () { return got(this, 4) } },
+    ttlMs: { get: function () { return got(this, 5) } },
+    requestTimeoutMs: { get: function () { return got(this, 6) } },
+    maxRttMs: { get: function () { return got(this, 7) } },
     close: {
       value: function close () {
         changed(this)

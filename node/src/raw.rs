@@ -525,9 +525,25 @@ unsafe extern "C" fn last(env: sys::napi_env, info: sys::napi_callback_info) -> 
     })
 }
 
+/// `__lbGet(handle, which)`: the value of a getter (or `pollTimeout()`),
+/// by the codes of [`crate::Got::of`].
+unsafe extern "C" fn get(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    guard(env, |e| {
+        // SAFETY: `env` and `info` are this callback's.
+        let [h, which] = unsafe { args::<2>(env, info)? };
+        // SAFETY: the arguments of this callback; fast.js passes a number.
+        let (state, which) = unsafe { (shared(env, h)?, u32::from_napi_value(env, which)?) };
+        let got = thrown(e, with_state(state, |hb| Ok(crate::Got::of(which, hb))))?
+            .ok_or_else(|| Error::from_status(Status::InvalidArg))?;
+        // SAFETY: a value creation in this callback's env.
+        unsafe { crate::Got::to_napi_value(env, got) }
+    })
+}
+
 /// Puts the callbacks on the exports (`fast.js` takes them off again).
 pub fn install(env: &Env, exports: &mut Object<'_>) -> Result<()> {
-    let callbacks: [(&str, sys::napi_callback); 9] = [
+    let callbacks: [(&str, sys::napi_callback); 10] = [
+        ("__lbGet", Some(get)),
         ("__lbScratch", Some(register)),
         ("__lbRespond", Some(respond)),
         ("__lbRespondBody", Some(respond_body)),
