@@ -231,30 +231,55 @@ fn undefined(env: &Env) -> Result<sys::napi_value> {
     Ok(out)
 }
 
-fn text_or_null(env: &Env, s: Option<String>) -> Result<sys::napi_value> {
+/// A JavaScript string of `len` bytes at `data`: Latin-1 when `ascii`
+/// (which V8 copies without decoding), else UTF-8.
+///
+/// # Safety
+/// `data` points to `len` bytes of valid UTF-8 (ASCII when `ascii`).
+unsafe fn js_string(
+    env: &Env,
+    data: *const u8,
+    len: usize,
+    ascii: bool,
+) -> Result<sys::napi_value> {
     let mut out = ptr::null_mut();
-    // SAFETY: plain value creations; the string's bytes are valid UTF-8 (and
-    // Latin-1 when ASCII) of the given length.
+    let len = isize::try_from(len).map_err(|_| Error::from_status(Status::InvalidArg))?;
+    // SAFETY: see above.
     check(unsafe {
-        match &s {
-            // ASCII (keys and bodies almost always are) is Latin-1 too,
-            // which V8 copies without decoding.
-            Some(s) if s.is_ascii() => sys::napi_create_string_latin1(
-                env.raw(),
-                s.as_ptr().cast(),
-                s.len() as isize,
-                &mut out,
-            ),
-            Some(s) => sys::napi_create_string_utf8(
-                env.raw(),
-                s.as_ptr().cast(),
-                s.len() as isize,
-                &mut out,
-            ),
-            None => sys::napi_get_null(env.raw(), &mut out),
+        if ascii {
+            sys::napi_create_string_latin1(env.raw(), data.cast(), len, &mut out)
+        } else {
+            sys::napi_create_string_utf8(env.raw(), data.cast(), len, &mut out)
         }
     })?;
     Ok(out)
+}
+
+/// The text `fast::write_action` returned, or `null`.
+fn text_or_null(env: &Env, t: Option<fast::Text>) -> Result<sys::napi_value> {
+    match t {
+        Some(fast::Text::Owned(s)) => {
+            // SAFETY: a `String` is UTF-8.
+            unsafe { js_string(env, s.as_ptr(), s.len(), s.is_ascii()) }
+        }
+        Some(fast::Text::Scratch(start, len, ascii)) => {
+            // SAFETY: still in the callback that wrote the text, and no
+            // JavaScript ran since.
+            let scratch =
+                unsafe { scratch() }.map_err(|_| Error::from_status(Status::GenericFailure))?;
+            let bytes = scratch
+                .get(start..start.saturating_add(len))
+                .ok_or_else(|| Error::from_status(Status::GenericFailure))?;
+            // SAFETY: `write_action` wrote valid UTF-8 there (ASCII when `ascii`).
+            unsafe { js_string(env, bytes.as_ptr(), bytes.len(), ascii) }
+        }
+        None => {
+            let mut out = ptr::null_mut();
+            // SAFETY: a plain value creation.
+            check(unsafe { sys::napi_get_null(env.raw(), &mut out) })?;
+            Ok(out)
+        }
+    }
 }
 
 /// # Safety
@@ -312,7 +337,7 @@ fn decide(
     response: lb::Response,
     now: u64,
     known: f64,
-) -> R<Option<String>> {
+) -> R<Option<fast::Text>> {
     with_state(state, |hb| {
         let d = hb
             .handle_response(id, response, now)
