@@ -53,11 +53,14 @@ function install () {
   }
   const respond = takeRaw('__lbRespond')
   const respondBody = takeRaw('__lbRespondBody')
+  const respondText = takeRaw('__lbRespondText')
+  const register = takeRaw('__lbScratch')
   const poll = takeRaw('__lbPoll')
   const sent = takeRaw('__lbSent')
   const fail = takeRaw('__lbFail')
   const cancelFast = takeRaw('__lbCancel')
   const last = takeRaw('__lbLast')
+  const get = takeRaw('__lbGet')
   if (keepNative) return
   const slow = {
     handleResponse: proto.handleResponse,
@@ -83,6 +86,12 @@ function install () {
   const bytes = new Uint8Array(buffer)
   const f64 = new Float64Array(buffer, 0, BYTES / 8)
   const u64 = new BigUint64Array(buffer, 0, BYTES / 8)
+  // Its address is registered once (the addon keeps it alive).
+  register(bytes)
+  // A string body without lone surrogates may be read as UTF-8 (one
+  // Node-API call); any other goes the general way (UTF-16, whose read
+  // refuses a lone surrogate with the documented error).
+  const isWellFormed = String.prototype.isWellFormed
 
   // Per heartbeat: its reservation id once known, and the key and body text
   // of the last attempt handed out (ids are unique per heartbeat).
@@ -116,6 +125,29 @@ function install () {
     const c = cacheOf(hb)
     if (c.h === undefined) c.h = handle.call(hb)
     return c
+  }
+
+  // A getter's (or pollTimeout's) value through __lbGet. A receiver that is
+  // not a Heartbeat goes to the regular native getter, whose error napi-rs
+  // words differently from the methods' (and nothing is stored on it).
+  const GOT = ['reservationId', 'stopReason', 'mode', 'pollTimeout', 'lastEventNs', 'ttlMs', 'requestTimeoutMs', 'maxRttMs']
+    .map((name) => {
+      const d = Object.getOwnPropertyDescriptor(proto, name)
+      return d.get ?? d.value
+    })
+  function got (hb, code) {
+    let c = typeof hb === 'object' && hb !== null ? (hb[CACHE] ?? frozen.get(hb)) : undefined
+    if (c === undefined || c.h === undefined) {
+      let h
+      try {
+        h = handle.call(hb)
+      } catch {
+        return GOT[code].call(hb)
+      }
+      c = cacheOf(hb)
+      c.h = h
+    }
+    return get(c.h, code)
   }
 
   function numbers () {
@@ -233,8 +265,10 @@ function install () {
         const timingUnknown = response.timingUnknown
         const c = handleOf(this)
         const text = headers === undefined && timingUnknown === undefined
-          ? respondBody(c.h, attemptId, status, body, now, bytes, c.id)
-          : respond(c.h, attemptId, status, headers, body, timingUnknown, now, bytes, c.id)
+          ? (typeof body === 'string' && isWellFormed !== undefined && isWellFormed.call(body)
+              ? respondText(c.h, attemptId, status, body, now, c.id)
+              : respondBody(c.h, attemptId, status, body, now, c.id))
+          : respond(c.h, attemptId, status, headers, body, timingUnknown, now, c.id)
         c.epoch = ++epoch
         if (text !== null) absorb(c, text)
         return decision(this, (f64[0] & SLOW) === 0)
@@ -251,21 +285,21 @@ function install () {
       value: function handleFailure (attemptId, failure, now) {
         const c = handleOf(this)
         c.epoch = -1
-        return decision(this, fail(c.h, attemptId, failure, now, bytes))
+        return decision(this, fail(c.h, attemptId, failure, now))
       }
     },
     cancel: {
       value: function cancel (now) {
         const c = handleOf(this)
         c.epoch = -1
-        return decision(this, cancelFast(c.h, now, bytes))
+        return decision(this, cancelFast(c.h, now))
       }
     },
     pollAction: {
       value: function pollAction () {
         const c = handleOf(this)
         if (c.epoch !== epoch) {
-          const text = poll(c.h, bytes, c.id, false)
+          const text = poll(c.h, c.id, false)
           c.epoch = ++epoch
           if (text !== null) absorb(c, text)
         }
@@ -277,14 +311,14 @@ function install () {
     },
     lastDecision: {
       get: function () {
-        const written = last(handleOf(this).h, bytes)
+        const written = last(handleOf(this).h)
         return written === null ? null : decision(this, written)
       }
     },
     attempt: {
       get: function () {
         const c = handleOf(this)
-        const text = poll(c.h, bytes, c.id, true)
+        const text = poll(c.h, c.id, true)
         epoch++ // the slots now hold the attempt, not the action
         if (f64[32] & SLOW) return slow.attempt.call(this)
         if (f64[33] === 3) return null
@@ -292,6 +326,16 @@ function install () {
         return attempt(c)
       }
     },
+    // The plain getters and pollTimeout(): one raw call each (the codes of
+    // Got::of in src/lib.rs), the same values and errors.
+    reservationId: { get: function () { return got(this, 0) } },
+    stopReason: { get: function () { return got(this, 1) } },
+    mode: { get: function () { return got(this, 2) } },
+    pollTimeout: { value: function pollTimeout () { return got(this, 3) } },
+    lastEventNs: { get: function () { return got(this, 4) } },
+    ttlMs: { get: function () { return got(this, 5) } },
+    requestTimeoutMs: { get: function () { return got(this, 6) } },
+    maxRttMs: { get: function () { return got(this, 7) } },
     close: {
       value: function close () {
         changed(this)

@@ -38,11 +38,11 @@ function record (name, f) {
 }
 
 const proto = Heartbeat.prototype
-for (const m of ['pollAction', 'handleResponse', 'handleFailure', 'cancel', 'handleSent']) {
+for (const m of ['pollAction', 'handleResponse', 'handleFailure', 'cancel', 'handleSent', 'pollTimeout']) {
   const f = proto[m]
   proto[m] = function (...args) { return record(m, () => f.apply(this, args)) }
 }
-for (const g of ['attempt', 'lastDecision', 'reservationId']) {
+for (const g of ['attempt', 'lastDecision', 'reservationId', 'stopReason', 'mode', 'lastEventNs', 'ttlMs', 'requestTimeoutMs', 'maxRttMs', 'closed']) {
   const get = Object.getOwnPropertyDescriptor(proto, g).get
   Object.defineProperty(proto, g, { get () { return record(g, () => get.call(this)) } })
 }
@@ -71,6 +71,34 @@ for (const bad of [null, [], 'x', { status: 200, extra: 1 }, { body: CREATE }, {
   tryIt(() => b.handleResponse(1, bad, 1))
   b.attempt
 }
+// String bodies with real non-ASCII text (read as UTF-8 when well formed):
+// whitespace before the members moves 'é' and the emoji across 1 KiB (the
+// addon's first read), and a lone surrogate far into a long body.
+for (let pad = 990; pad <= 1030; pad++) {
+  const b = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'u' })
+  b.handleSent(1, 0)
+  tryIt(() => b.handleResponse(1, { status: 200, body: '{' + ' '.repeat(pad) + '"reservation_id":"r-\u00e9\ud83d\ude00\u00e9","decision":"ALLOW","affected_scopes":["tenant:acme"],"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}' }, 1))
+  b.reservationId
+}
+for (const body of ['{' + ' '.repeat(5000) + '"reservation_id":"r-\ud800"}', '{"reservation_id":"\u00e9' + '\ud83d\ude00'.repeat(600) + '"}', '\u00e9'.repeat(2000)]) {
+  const b = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'v' })
+  b.handleSent(1, 0)
+  tryIt(() => b.handleResponse(1, { status: 99, body }, 1))
+  tryIt(() => b.handleResponse(1, { status: 200, body }, 1))
+  b.attempt
+}
+// Every plain getter and pollTimeout() (recorded by the wrappers above).
+const GETTERS = ['reservationId', 'stopReason', 'mode', 'lastEventNs', 'ttlMs', 'requestTimeoutMs', 'maxRttMs', 'closed']
+function probe (h) {
+  for (const g of GETTERS) tryIt(() => h[g])
+  tryIt(() => h.pollTimeout())
+}
+for (const g of GETTERS) tryIt(() => Object.getOwnPropertyDescriptor(proto, g).get.call({}))
+tryIt(() => proto.pollTimeout.call({}))
+for (const options of [{ ttlMs: 60000, requestTimeoutMs: 2 ** 60 }, { ttlMs: 2 ** 60, requestTimeoutMs: 2n ** 60n }, { ttlMs: 60000 }]) {
+  tryIt(() => probe(new Heartbeat(options)))
+}
+tryIt(() => probe(Heartbeat.forReservation('r-\u00e9', { ttlMs: 60000, requestTimeoutMs: 10000 })))
 const hb = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'k\u00e9\ud83d\ude00-' })
 const attempt = () => hb.attempt
 tryIt(() => hb.handleResponse(1, { status: 200, body: CREATE }, 1))
@@ -94,7 +122,9 @@ hb.cancel(42000)
 hb.pollAction()
 attempt()
 tryIt(() => hb.cancel(42001))
+probe(hb)
 hb.close()
+probe(hb)
 tryIt(() => hb.pollAction())
 tryIt(() => hb.lastDecision)
 tryIt(() => hb.attempt)
@@ -105,6 +135,7 @@ frozen.handleSent(1, 0)
 frozen.handleResponse(1, { status: 200, body: CREATE, timingUnknown: true }, 5)
 frozen.pollAction()
 frozen.lastDecision
+probe(frozen)
 
 // Interleaved heartbeats: the action written with one heartbeat's decision
 // must never be served to another, nor after a state change or close().
@@ -124,18 +155,22 @@ pair[0].pollAction()
 pair[1].attempt
 pair[1].pollAction()
 pair[0].handleResponse(2, { status: 200, body: EXTEND }, 38600)
+probe(pair[0])
 pair[1].handleSent(2, 38600)
 pair[0].pollAction()
 pair[1].pollAction()
 tryIt(() => pair[0].handleResponse(3, { status: 200, body: EXTEND }, 38700)) // not sent yet: throws
 pair[0].pollAction()
 pair[1].handleResponse(2, { status: 200, headers: [['x', 'y']], body: EXTEND }, 38700)
+probe(pair[1])
 pair[1].close()
+probe(pair[1])
 tryIt(() => pair[1].pollAction())
 pair[0].handleSent(3, 76000)
 pair[0].handleResponse(3, Object.assign(Object.create(null), { status: 200, body: EXTEND }), 76100)
 pair[0].pollAction()
 pair[0].cancel(76200)
 pair[0].pollAction()
+probe(pair[0])
 
 process.stdout.write(out.join('\n') + '\n')

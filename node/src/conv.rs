@@ -86,6 +86,96 @@ fn try_number(v: &Unknown<'_>) -> Option<f64> {
     (status == napi::sys::Status::napi_ok).then_some(n)
 }
 
+/// The bytes of a `Buffer`/`Uint8Array` with one Node-API call; `None` for
+/// anything else (which the caller then reads the general way).
+fn uint8_bytes(v: &Unknown<'_>) -> Option<Vec<u8>> {
+    let raw = v.value();
+    let mut kind = 0;
+    let mut len = 0;
+    let mut data = std::ptr::null_mut();
+    let mut buffer = std::ptr::null_mut();
+    let mut offset = 0;
+    // SAFETY: `napi_get_typedarray_info` checks the type itself and fails
+    // (without throwing) for anything but a typed array.
+    let status = unsafe {
+        napi::sys::napi_get_typedarray_info(
+            raw.env,
+            raw.value,
+            &mut kind,
+            &mut len,
+            &mut data,
+            &mut buffer,
+            &mut offset,
+        )
+    };
+    if status != napi::sys::Status::napi_ok || kind != napi::sys::TypedarrayType::uint8_array {
+        return None;
+    }
+    if len == 0 || data.is_null() {
+        return Some(Vec::new());
+    }
+    // SAFETY: `data` points to the array's `len` bytes, alive during the call.
+    Some(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }.to_vec())
+}
+
+/// A string's UTF-8 bytes, read in one Node-API call when it fits 1 KiB;
+/// `None` for a non-string. Only for a string JavaScript found well formed
+/// (`isWellFormed()`): Node-API's UTF-8 conversion would replace a lone
+/// surrogate silently.
+fn utf8_text(v: &Unknown<'_>) -> Option<Vec<u8>> {
+    const FIRST: usize = 1024;
+    let raw = v.value();
+    let mut out = Vec::<u8>::with_capacity(FIRST);
+    let mut len = 0;
+    // SAFETY: `out` has room for `FIRST` bytes; Node-API writes at most
+    // `FIRST - 1` of them plus a NUL, and fails for a non-string.
+    let status = unsafe {
+        napi::sys::napi_get_value_string_utf8(
+            raw.env,
+            raw.value,
+            out.as_mut_ptr().cast(),
+            FIRST,
+            &mut len,
+        )
+    };
+    if status != napi::sys::Status::napi_ok {
+        return None;
+    }
+    // Node-API writes whole characters only (at most 4 bytes each): with 4
+    // bytes of room left, it stopped at the end of the string.
+    if len + 4 < FIRST {
+        // SAFETY: Node-API initialized the first `len` bytes.
+        unsafe { out.set_len(len) };
+        return Some(out);
+    }
+    // Possibly cut: its full length, then all of it.
+    // SAFETY: as above; a null buffer asks for the length only.
+    let status = unsafe {
+        napi::sys::napi_get_value_string_utf8(raw.env, raw.value, std::ptr::null_mut(), 0, &mut len)
+    };
+    if status != napi::sys::Status::napi_ok {
+        return None;
+    }
+    let mut out = Vec::<u8>::with_capacity(len + 1);
+    let mut written = 0;
+    // SAFETY: `out` has room for `len + 1` bytes.
+    let status = unsafe {
+        napi::sys::napi_get_value_string_utf8(
+            raw.env,
+            raw.value,
+            out.as_mut_ptr().cast(),
+            len + 1,
+            &mut written,
+        )
+    };
+    if status != napi::sys::Status::napi_ok {
+        return None;
+    }
+    // SAFETY: Node-API initialized the first `written` (<= len) bytes.
+    unsafe { out.set_len(written.min(len)) };
+    Some(out)
+}
+
 /// A number as `f64` (type already checked).
 fn number(v: &Unknown<'_>, what: &str) -> R<f64> {
     read::<f64>(v, what)
@@ -612,7 +702,7 @@ pub fn response_args(
     if type_of(&headers_v, what)? == ValueType::Undefined
         && type_of(&timing_unknown, what)? == ValueType::Undefined
     {
-        return response_status_body(env, status, body, what);
+        return response_status_body(env, status, body, what, false);
     }
     response_parts(
         env,
@@ -631,18 +721,29 @@ pub fn response_status_body(
     status: Unknown<'_>,
     body: Unknown<'_>,
     what: &str,
+    well_formed: bool,
 ) -> R<lb::Response> {
     // Checked in the order of `response_parts`: status, then body.
     let code = try_number(&status)
         .and_then(|n| safe_u64(n, what).ok())
         .and_then(|n| u16::try_from(n).ok());
     if let Some(code) = code {
-        let bytes = match type_of(&body, what)? {
-            ValueType::Object => read::<Uint8ArraySlice<'_>>(&body, what)
-                .ok()
-                .map(|b| b.to_vec()),
-            ValueType::String => Some(text(&body, &member(what, "body"))?.into_bytes()),
-            _ => None,
+        // One Node-API call for the usual bodies: a Buffer/Uint8Array, or a
+        // string the caller found well formed.
+        let fast = if well_formed {
+            utf8_text(&body)
+        } else {
+            uint8_bytes(&body)
+        };
+        let bytes = match fast {
+            Some(b) => Some(b),
+            None => match type_of(&body, what)? {
+                ValueType::Object => read::<Uint8ArraySlice<'_>>(&body, what)
+                    .ok()
+                    .map(|b| b.to_vec()),
+                ValueType::String => Some(text(&body, &member(what, "body"))?.into_bytes()),
+                _ => None,
+            },
         };
         if let Some(bytes) = bytes {
             let mut r = lb::Response::new(code);

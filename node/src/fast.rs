@@ -14,6 +14,8 @@
 //! native method for the object. The slot layout below is mirrored in
 //! `fast.js`; `__test__/fast.test.mjs` checks both paths agree.
 
+use std::borrow::Cow;
+
 use leasebeat as lb;
 
 use crate::conv::MAX_SAFE;
@@ -270,11 +272,7 @@ impl<'a> Polled<'a> {
 /// when the attempt's id is `known_id` (its key and body text are those
 /// `fast.js` already holds), else the key followed by the body text (the
 /// key's length in UTF-16 units is in its slot).
-pub fn write_action(
-    p: &Polled<'_>,
-    known_id: f64,
-    scratch: &mut [u8],
-) -> Result<Option<String>, ()> {
+pub fn write_action(p: &Polled<'_>, known_id: f64, scratch: &mut [u8]) -> Result<Option<Text>, ()> {
     if scratch.len() < BYTES {
         return Err(());
     }
@@ -325,14 +323,38 @@ pub fn write_action(
     }
     s.f64(A_KEY_LEN, a.key.encode_utf16().count() as f64);
     let text = String::from_utf8_lossy(&a.body);
+    // Usually (a UTF-8 body, room left): the key and the body text after the
+    // body in the scratch, from where the caller makes the JavaScript string
+    // without an allocation of its own.
+    if let Cow::Borrowed(body) = text {
+        if let Some(stop) = end
+            .checked_add(a.key.len())
+            .and_then(|n| n.checked_add(body.len()))
+            .filter(|n| *n <= scratch.len())
+        {
+            let mid = end + a.key.len();
+            scratch[end..mid].copy_from_slice(a.key.as_bytes());
+            scratch[mid..stop].copy_from_slice(body.as_bytes());
+            let ascii = a.key.is_ascii() && body.is_ascii();
+            return Ok(Some(Text::Scratch(end, stop - end, ascii)));
+        }
+    }
     let mut out = String::with_capacity(a.key.len() + text.len());
     out.push_str(&a.key);
     out.push_str(&text);
-    Ok(Some(out))
+    Ok(Some(Text::Owned(out)))
+}
+
+/// The key followed by the body text of an attempt new to `fast.js`.
+pub enum Text {
+    /// In the scratch: `(start, length, all ASCII)`, valid UTF-8.
+    Scratch(usize, usize, bool),
+    /// Elsewhere.
+    Owned(String),
 }
 
 /// Marks an action as one `fast.js` must get from the regular method.
-pub fn mark_slow(scratch: &mut [u8]) -> Option<String> {
+pub fn mark_slow(scratch: &mut [u8]) -> Option<Text> {
     if scratch.len() >= BYTES {
         Slots(scratch).code(A_FLAGS, F_SLOW);
     }
@@ -348,7 +370,7 @@ pub fn write_decided(
     d: &lb::Decision,
     known_id: f64,
     scratch: &mut [u8],
-) -> Option<String> {
+) -> Option<Text> {
     if !write_decision(d, scratch) && scratch.len() >= BYTES {
         let mut s = Slots(scratch);
         s.code(D_FLAGS, F_SLOW);

@@ -311,6 +311,67 @@ impl TypeName for JsNum {
     }
 }
 
+/// A getter's value, computed by the same expression for the `#[napi]`
+/// getters and for the raw `__lbGet` callback of `fast.js` (see `raw.rs`).
+pub enum Got {
+    /// `reservationId`.
+    ReservationId(Option<String>),
+    /// `stopReason`.
+    StopReason(Option<StopReason>),
+    /// `mode`.
+    Mode(Option<Mode>),
+    /// `pollTimeout()`.
+    PollTimeout(Option<BigInt>),
+    /// `lastEventNs`.
+    LastEventNs(BigInt),
+    /// `ttlMs`.
+    TtlMs(f64),
+    /// `requestTimeoutMs`.
+    RequestTimeoutMs(Option<JsNum>),
+    /// `maxRttMs`.
+    MaxRttMs(JsNum),
+}
+
+impl Got {
+    /// The value of getter `which` (the codes of `fast.js`), if it exists.
+    pub fn of(which: u32, hb: &lb::Heartbeat) -> Option<Got> {
+        Some(match which {
+            0 => Got::ReservationId(hb.reservation_id().map(str::to_owned)),
+            1 => Got::StopReason(hb.stop_reason().map(StopReason::from)),
+            2 => Got::Mode(hb.mode().map(Mode::from)),
+            3 => Got::PollTimeout(hb.poll_timeout().map(BigInt::from)),
+            4 => Got::LastEventNs(BigInt::from(hb.last_event_ns())),
+            5 => Got::TtlMs(hb.config().ttl_ms as f64),
+            6 => Got::RequestTimeoutMs(
+                hb.config()
+                    .request_timeout_ms
+                    .filter(|t| *t != lb::arith::INFINITE)
+                    .map(num),
+            ),
+            7 => Got::MaxRttMs(num(hb.max_rtt_ms())),
+            _ => return None,
+        })
+    }
+}
+
+impl ToNapiValue for Got {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
+        // SAFETY: forwarded to the conversions of the `#[napi]` getters' types.
+        unsafe {
+            match val {
+                Got::ReservationId(v) => ToNapiValue::to_napi_value(env, v),
+                Got::StopReason(v) => ToNapiValue::to_napi_value(env, v),
+                Got::Mode(v) => ToNapiValue::to_napi_value(env, v),
+                Got::PollTimeout(v) => ToNapiValue::to_napi_value(env, v),
+                Got::LastEventNs(v) => ToNapiValue::to_napi_value(env, v),
+                Got::TtlMs(v) => ToNapiValue::to_napi_value(env, v),
+                Got::RequestTimeoutMs(v) => ToNapiValue::to_napi_value(env, v),
+                Got::MaxRttMs(v) => ToNapiValue::to_napi_value(env, v),
+            }
+        }
+    }
+}
+
 fn num(ms: u64) -> JsNum {
     JsNum(lb::Num::from_ms(ms))
 }

@@ -12,6 +12,7 @@
 //! them on the exports under `__lb*` names; `fast.js` takes them off before
 //! anything is exported, so user code never reaches them.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
@@ -22,6 +23,7 @@ use napi::sys;
 
 use crate::errors::{Class, ErrorCode, Fail, R, run};
 use crate::{State, conv, fast, with_state};
+use leasebeat as lb;
 
 /// The state a `Heartbeat` shares with its handles.
 pub type Shared = Mutex<State>;
@@ -98,12 +100,18 @@ unsafe fn shared<'a>(env: sys::napi_env, v: sys::napi_value) -> Result<&'a Share
     Ok(unsafe { &*data.cast_const().cast::<Shared>() })
 }
 
-/// The bytes of a `Uint8Array` (the scratch of `fast.js`).
+thread_local! {
+    /// The scratch of `fast.js` on this thread's environment (each worker
+    /// thread has its own), registered once by `__lbScratch`: its address
+    /// and length, or null when none is registered.
+    static SCRATCH: Cell<(*mut u8, usize)> = const { Cell::new((ptr::null_mut(), 0)) };
+}
+
+/// The bytes of a `Uint8Array`.
 ///
 /// # Safety
-/// As for [`shared`]; the bytes are only used during the callback, while
-/// JavaScript is suspended and nothing else refers to them.
-unsafe fn scratch<'a>(env: sys::napi_env, v: sys::napi_value) -> Result<&'a mut [u8]> {
+/// `v` is a value of the running callback.
+unsafe fn uint8_array(env: sys::napi_env, v: sys::napi_value) -> Result<(*mut u8, usize)> {
     let mut kind = 0;
     let mut len = 0;
     let mut data = ptr::null_mut();
@@ -124,8 +132,62 @@ unsafe fn scratch<'a>(env: sys::napi_env, v: sys::napi_value) -> Result<&'a mut 
     if kind != sys::TypedarrayType::uint8_array || data.is_null() {
         return Err(Error::from_status(Status::InvalidArg));
     }
-    // SAFETY: `data` points to `len` bytes that live as long as the array.
-    Ok(unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), len) })
+    Ok((data.cast::<u8>(), len))
+}
+
+/// The registered scratch, taken once the arguments are converted (the
+/// conversion may run user code, e.g. a getter of a header array, which
+/// may call another heartbeat's method and use the scratch itself).
+///
+/// # Safety
+/// Called from a callback, at most once, and the bytes are only used
+/// during it, without running JavaScript: nothing else refers to them then.
+/// The registered array buffer is kept alive by a reference for the
+/// environment's life (and unregistered by its cleanup hook) and is never
+/// detached (`fast.js` keeps it private).
+unsafe fn scratch<'a>() -> R<&'a mut [u8]> {
+    let (data, len) = SCRATCH.with(Cell::get);
+    if data.is_null() {
+        return Err(Fail::new(
+            Class::Error,
+            ErrorCode::Poisoned,
+            "the native code of leasebeat is not initialized on this thread",
+        ));
+    }
+    // SAFETY: see above.
+    Ok(unsafe { std::slice::from_raw_parts_mut(data, len) })
+}
+
+unsafe extern "C" fn forget_scratch(_arg: *mut c_void) {
+    SCRATCH.with(|c| c.set((ptr::null_mut(), 0)));
+}
+
+/// `__lbScratch(bytes)`: registers the scratch of `fast.js` (a `Uint8Array`
+/// over its own `ArrayBuffer`), once per environment.
+unsafe extern "C" fn register(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    guard(env, |e| {
+        // SAFETY: `env` and `info` are this callback's.
+        let [s] = unsafe { args::<1>(env, info)? };
+        if !SCRATCH.with(Cell::get).0.is_null() {
+            return Err(Error::new(Status::GenericFailure, "already registered"));
+        }
+        // SAFETY: a value of this callback.
+        let (data, len) = unsafe { uint8_array(env, s)? };
+        let mut keep = ptr::null_mut();
+        // SAFETY: a strong reference, never deleted: Node-API frees it with
+        // the environment, after the cleanup hook below ran.
+        check(unsafe { sys::napi_create_reference(env, s, 1, &mut keep) })?;
+        // SAFETY: a static hook without data, added once per environment
+        // (guarded by the check above; the hook resets it).
+        check(unsafe {
+            sys::napi_add_env_cleanup_hook(env, Some(forget_scratch), ptr::null_mut())
+        })?;
+        SCRATCH.with(|c| c.set((data, len)));
+        undefined(e)
+    })
 }
 
 /// Runs a callback body: a failure is thrown (it already is, for a `Fail`),
@@ -169,30 +231,55 @@ fn undefined(env: &Env) -> Result<sys::napi_value> {
     Ok(out)
 }
 
-fn text_or_null(env: &Env, s: Option<String>) -> Result<sys::napi_value> {
+/// A JavaScript string of `len` bytes at `data`: Latin-1 when `ascii`
+/// (which V8 copies without decoding), else UTF-8.
+///
+/// # Safety
+/// `data` points to `len` bytes of valid UTF-8 (ASCII when `ascii`).
+unsafe fn js_string(
+    env: &Env,
+    data: *const u8,
+    len: usize,
+    ascii: bool,
+) -> Result<sys::napi_value> {
     let mut out = ptr::null_mut();
-    // SAFETY: plain value creations; the string's bytes are valid UTF-8 (and
-    // Latin-1 when ASCII) of the given length.
+    let len = isize::try_from(len).map_err(|_| Error::from_status(Status::InvalidArg))?;
+    // SAFETY: see above.
     check(unsafe {
-        match &s {
-            // ASCII (keys and bodies almost always are) is Latin-1 too,
-            // which V8 copies without decoding.
-            Some(s) if s.is_ascii() => sys::napi_create_string_latin1(
-                env.raw(),
-                s.as_ptr().cast(),
-                s.len() as isize,
-                &mut out,
-            ),
-            Some(s) => sys::napi_create_string_utf8(
-                env.raw(),
-                s.as_ptr().cast(),
-                s.len() as isize,
-                &mut out,
-            ),
-            None => sys::napi_get_null(env.raw(), &mut out),
+        if ascii {
+            sys::napi_create_string_latin1(env.raw(), data.cast(), len, &mut out)
+        } else {
+            sys::napi_create_string_utf8(env.raw(), data.cast(), len, &mut out)
         }
     })?;
     Ok(out)
+}
+
+/// The text `fast::write_action` returned, or `null`.
+fn text_or_null(env: &Env, t: Option<fast::Text>) -> Result<sys::napi_value> {
+    match t {
+        Some(fast::Text::Owned(s)) => {
+            // SAFETY: a `String` is UTF-8.
+            unsafe { js_string(env, s.as_ptr(), s.len(), s.is_ascii()) }
+        }
+        Some(fast::Text::Scratch(start, len, ascii)) => {
+            // SAFETY: still in the callback that wrote the text, and no
+            // JavaScript ran since.
+            let scratch =
+                unsafe { scratch() }.map_err(|_| Error::from_status(Status::GenericFailure))?;
+            let bytes = scratch
+                .get(start..start.saturating_add(len))
+                .ok_or_else(|| Error::from_status(Status::GenericFailure))?;
+            // SAFETY: `write_action` wrote valid UTF-8 there (ASCII when `ascii`).
+            unsafe { js_string(env, bytes.as_ptr(), bytes.len(), ascii) }
+        }
+        None => {
+            let mut out = ptr::null_mut();
+            // SAFETY: a plain value creation.
+            check(unsafe { sys::napi_get_null(env.raw(), &mut out) })?;
+            Ok(out)
+        }
+    }
 }
 
 /// # Safety
@@ -207,24 +294,18 @@ fn thrown<T>(env: &Env, r: R<T>) -> Result<T> {
 }
 
 /// `__lbRespond(handle, attemptId, status, headers, body, timingUnknown,
-/// now, scratch, knownId)`: `handleResponse` with the response's properties
-/// as arguments. Writes the decision and the action `pollAction()` returns
+/// now, knownId)`: `handleResponse` with the response's properties as
+/// arguments. Writes the decision and the action `pollAction()` returns
 /// next into the scratch (see `fast::write_decided`) and returns the
 /// action's key and body text as `__lbPoll` does.
 unsafe extern "C" fn respond(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     guard(env, |e| {
         // SAFETY: `env` and `info` are this callback's.
-        let [h, attempt_id, status, headers, body, timing, now, s, known] =
-            unsafe { args::<9>(env, info)? };
-        // SAFETY: the arguments of this callback (see `shared`, `scratch`);
-        // fast.js passes a number as `known`.
-        let (state, scratch, known) = unsafe {
-            (
-                shared(env, h)?,
-                scratch(env, s)?,
-                f64::from_napi_value(env, known)?,
-            )
-        };
+        let [h, attempt_id, status, headers, body, timing, now, known] =
+            unsafe { args::<8>(env, info)? };
+        // SAFETY: the arguments of this callback (see `shared`); fast.js
+        // passes a number as `known`.
+        let (state, known) = unsafe { (shared(env, h)?, f64::from_napi_value(env, known)?) };
         let text = thrown(
             e,
             (|| {
@@ -242,37 +323,51 @@ unsafe extern "C" fn respond(env: sys::napi_env, info: sys::napi_callback_info) 
                 let id = conv::integer_u64(&attempt_id, "attemptId")?;
                 let response = conv::response_args(e, status, headers, body, timing, "response")?;
                 let now = conv::time_ns(&now, "now")?;
-                with_state(state, |hb| {
-                    let d = hb
-                        .handle_response(id, response, now)
-                        .map_err(|err| Fail::core(&err))?;
-                    Ok(fast::write_decided(hb, &d, known, scratch))
-                })
+                decide(state, id, response, now, known)
             })(),
         )?;
         text_or_null(e, text)
     })
 }
 
-/// `__lbRespondBody(handle, attemptId, status, body, now, scratch,
-/// knownId)`: `__lbRespond` for a response without `headers` and
-/// `timingUnknown`.
-unsafe extern "C" fn respond_body(
+/// The core's decision on a response, written with the next action.
+fn decide(
+    state: &Shared,
+    id: u64,
+    response: lb::Response,
+    now: u64,
+    known: f64,
+) -> R<Option<fast::Text>> {
+    with_state(state, |hb| {
+        let d = hb
+            .handle_response(id, response, now)
+            .map_err(|err| Fail::core(&err))?;
+        // SAFETY: after the conversions, no JavaScript runs until the end of
+        // the callback.
+        let scratch = unsafe { scratch()? };
+        Ok(fast::write_decided(hb, &d, known, scratch))
+    })
+}
+
+/// `__lbRespondBody` and `__lbRespondText`: `__lbRespond` for a response
+/// without `headers` and `timingUnknown`, as `(handle, attemptId, status,
+/// body, now, knownId)`; `wellFormed` when fast.js checked the body is a
+/// string without lone surrogates (`isWellFormed()`), which may then be
+/// read as UTF-8.
+///
+/// # Safety
+/// `env` and `info` are those of the running callback.
+unsafe fn respond_status_body(
     env: sys::napi_env,
     info: sys::napi_callback_info,
+    well_formed: bool,
 ) -> sys::napi_value {
     guard(env, |e| {
         // SAFETY: `env` and `info` are this callback's.
-        let [h, attempt_id, status, body, now, s, known] = unsafe { args::<7>(env, info)? };
-        // SAFETY: the arguments of this callback (see `shared`, `scratch`);
-        // fast.js passes a number as `known`.
-        let (state, scratch, known) = unsafe {
-            (
-                shared(env, h)?,
-                scratch(env, s)?,
-                f64::from_napi_value(env, known)?,
-            )
-        };
+        let [h, attempt_id, status, body, now, known] = unsafe { args::<6>(env, info)? };
+        // SAFETY: the arguments of this callback (see `shared`); fast.js
+        // passes a number as `known`.
+        let (state, known) = unsafe { (shared(env, h)?, f64::from_napi_value(env, known)?) };
         let text = thrown(
             e,
             (|| {
@@ -286,31 +381,42 @@ unsafe extern "C" fn respond_body(
                     )
                 };
                 let id = conv::integer_u64(&attempt_id, "attemptId")?;
-                let response = conv::response_status_body(e, status, body, "response")?;
+                let response =
+                    conv::response_status_body(e, status, body, "response", well_formed)?;
                 let now = conv::time_ns(&now, "now")?;
-                with_state(state, |hb| {
-                    let d = hb
-                        .handle_response(id, response, now)
-                        .map_err(|err| Fail::core(&err))?;
-                    Ok(fast::write_decided(hb, &d, known, scratch))
-                })
+                decide(state, id, response, now, known)
             })(),
         )?;
         text_or_null(e, text)
     })
 }
 
-/// `__lbPoll(handle, scratch, knownId, attemptOnly)`: as the hidden
-/// `__poll` method.
+unsafe extern "C" fn respond_body(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: this callback's `env` and `info`.
+    unsafe { respond_status_body(env, info, false) }
+}
+
+unsafe extern "C" fn respond_text(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: this callback's `env` and `info`.
+    unsafe { respond_status_body(env, info, true) }
+}
+
+/// `__lbPoll(handle, knownId, attemptOnly)`: as the hidden `__poll` method.
 unsafe extern "C" fn poll(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     guard(env, |e| {
         // SAFETY: `env` and `info` are this callback's.
-        let [h, s, known, only] = unsafe { args::<4>(env, info)? };
-        // SAFETY: the arguments of this callback.
-        let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
-        // SAFETY: values of this callback; fast.js passes a number and a boolean.
-        let (known, only) = unsafe {
+        let [h, known, only] = unsafe { args::<3>(env, info)? };
+        // SAFETY: the arguments of this callback; fast.js passes a number
+        // and a boolean.
+        let (state, known, only) = unsafe {
             (
+                shared(env, h)?,
                 f64::from_napi_value(env, known)?,
                 bool::from_napi_value(env, only)?,
             )
@@ -323,6 +429,8 @@ unsafe extern "C" fn poll(env: sys::napi_env, info: sys::napi_callback_info) -> 
                 } else {
                     fast::Polled::action(hb.poll_action())
                 };
+                // SAFETY: no JavaScript runs during this callback.
+                let scratch = unsafe { scratch()? };
                 Ok(fast::write_action(&polled, known, scratch)
                     .unwrap_or_else(|()| fast::mark_slow(scratch)))
             }),
@@ -354,14 +462,14 @@ unsafe extern "C" fn sent(env: sys::napi_env, info: sys::napi_callback_info) -> 
     })
 }
 
-/// `__lbFail(handle, attemptId, failure, now, scratch)`: `handleFailure`;
-/// true when the decision was written into the scratch.
+/// `__lbFail(handle, attemptId, failure, now)`: `handleFailure`; true when
+/// the decision was written into the scratch.
 unsafe extern "C" fn fail(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     guard(env, |e| {
         // SAFETY: `env` and `info` are this callback's.
-        let [h, attempt_id, failure, now, s] = unsafe { args::<5>(env, info)? };
+        let [h, attempt_id, failure, now] = unsafe { args::<4>(env, info)? };
         // SAFETY: the arguments of this callback.
-        let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
+        let state = unsafe { shared(env, h)? };
         let written = thrown(
             e,
             (|| {
@@ -377,9 +485,11 @@ unsafe extern "C" fn fail(env: sys::napi_env, info: sys::napi_callback_info) -> 
                 let failure = conv::transport_failure(&failure, "failure")?;
                 let now = conv::time_ns(&now, "now")?;
                 with_state(state, |hb| {
-                    hb.handle_failure(id, failure, now)
-                        .map(|d| fast::write_decision(&d, scratch))
-                        .map_err(|err| Fail::core(&err))
+                    let d = hb
+                        .handle_failure(id, failure, now)
+                        .map_err(|err| Fail::core(&err))?;
+                    // SAFETY: no JavaScript runs from here on.
+                    Ok(fast::write_decision(&d, unsafe { scratch()? }))
                 })
             })(),
         )?;
@@ -387,23 +497,23 @@ unsafe extern "C" fn fail(env: sys::napi_env, info: sys::napi_callback_info) -> 
     })
 }
 
-/// `__lbCancel(handle, now, scratch)`: `cancel`; true when the decision was
-/// written into the scratch.
+/// `__lbCancel(handle, now)`: `cancel`; true when the decision was written
+/// into the scratch.
 unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     guard(env, |e| {
         // SAFETY: `env` and `info` are this callback's.
-        let [h, now, s] = unsafe { args::<3>(env, info)? };
+        let [h, now] = unsafe { args::<2>(env, info)? };
         // SAFETY: the arguments of this callback.
-        let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
+        let state = unsafe { shared(env, h)? };
         let written = thrown(
             e,
             (|| {
                 // SAFETY: a value of this callback.
                 let now = conv::time_ns(&unsafe { unknown(env, now) }, "now")?;
                 with_state(state, |hb| {
-                    hb.cancel(now)
-                        .map(|d| fast::write_decision(&d, scratch))
-                        .map_err(|err| Fail::core(&err))
+                    let d = hb.cancel(now).map_err(|err| Fail::core(&err))?;
+                    // SAFETY: no JavaScript runs from here on.
+                    Ok(fast::write_decision(&d, unsafe { scratch()? }))
                 })
             })(),
         )?;
@@ -411,19 +521,21 @@ unsafe extern "C" fn cancel(env: sys::napi_env, info: sys::napi_callback_info) -
     })
 }
 
-/// `__lbLast(handle, scratch)`: the last decision written into the scratch
-/// (true), or false when `fast.js` must build it the regular way, or `null`
-/// before the first decision.
+/// `__lbLast(handle)`: the last decision written into the scratch (true),
+/// or false when `fast.js` must build it the regular way, or `null` before
+/// the first decision.
 unsafe extern "C" fn last(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     guard(env, |e| {
         // SAFETY: `env` and `info` are this callback's.
-        let [h, s] = unsafe { args::<2>(env, info)? };
+        let [h] = unsafe { args::<1>(env, info)? };
         // SAFETY: the arguments of this callback.
-        let (state, scratch) = unsafe { (shared(env, h)?, scratch(env, s)?) };
+        let state = unsafe { shared(env, h)? };
         let written = thrown(
             e,
-            with_state(state, |hb| {
-                Ok(hb.last_decision().map(|d| fast::write_decision(d, scratch)))
+            with_state(state, |hb| match hb.last_decision() {
+                // SAFETY: no JavaScript runs during this callback.
+                Some(d) => Ok(Some(fast::write_decision(d, unsafe { scratch()? }))),
+                None => Ok(None),
             }),
         )?;
         match written {
@@ -438,11 +550,29 @@ unsafe extern "C" fn last(env: sys::napi_env, info: sys::napi_callback_info) -> 
     })
 }
 
+/// `__lbGet(handle, which)`: the value of a getter (or `pollTimeout()`),
+/// by the codes of [`crate::Got::of`].
+unsafe extern "C" fn get(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    guard(env, |e| {
+        // SAFETY: `env` and `info` are this callback's.
+        let [h, which] = unsafe { args::<2>(env, info)? };
+        // SAFETY: the arguments of this callback; fast.js passes a number.
+        let (state, which) = unsafe { (shared(env, h)?, u32::from_napi_value(env, which)?) };
+        let got = thrown(e, with_state(state, |hb| Ok(crate::Got::of(which, hb))))?
+            .ok_or_else(|| Error::from_status(Status::InvalidArg))?;
+        // SAFETY: a value creation in this callback's env.
+        unsafe { crate::Got::to_napi_value(env, got) }
+    })
+}
+
 /// Puts the callbacks on the exports (`fast.js` takes them off again).
 pub fn install(env: &Env, exports: &mut Object<'_>) -> Result<()> {
-    let callbacks: [(&str, sys::napi_callback); 7] = [
+    let callbacks: [(&str, sys::napi_callback); 10] = [
+        ("__lbGet", Some(get)),
+        ("__lbScratch", Some(register)),
         ("__lbRespond", Some(respond)),
         ("__lbRespondBody", Some(respond_body)),
+        ("__lbRespondText", Some(respond_text)),
         ("__lbPoll", Some(poll)),
         ("__lbSent", Some(sent)),
         ("__lbFail", Some(fail)),
