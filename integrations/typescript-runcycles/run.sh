@@ -69,7 +69,9 @@ echo "==> $NAME: build leasebeat's Node addon (release) and pack it"
   --output-dir "$WORK/gen" --js index.js --dts index.d.ts) >"$WORK/napi.log" 2>&1 || {
   tail -n 40 "$WORK/napi.log"; echo "$NAME: 0 passed, 1 failed"; exit 1; }
 mkdir -p "$WORK/stage"
-(cd "$ROOT/node" && cp package.json index.js index.mjs index.d.ts main.js main.d.ts runner.js runner.d.ts README.md "$WORK/stage/")
+# The package's own file list (package.json "files", globs left to the .node copy below).
+mapfile -t PKG_FILES < <(cd "$ROOT/node" && node -e 'for (const f of require("./package.json").files) if (!f.includes("*")) console.log(f)')
+(cd "$ROOT/node" && cp package.json "${PKG_FILES[@]}" "$WORK/stage/")
 cp "$WORK"/gen/leasebeat.*.node "$WORK/stage/"
 (cd "$WORK/stage" && npm pack --silent --pack-destination "$WORK" >/dev/null)
 TARBALL=$(ls "$WORK"/leasebeat-*.tgz)
