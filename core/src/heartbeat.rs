@@ -524,6 +524,7 @@ impl Heartbeat {
             }
             None => hb.create_body(&key),
         };
+        hb.config.create_request = Map::new();
         let sent = sent_ns.unwrap_or(received_ns);
         // The caller chose this key: remember it, so no key source reuses it.
         hb.adopted_key = Some(key.clone());
@@ -600,11 +601,31 @@ impl Heartbeat {
 
     // ----- getters -----
 
-    /// The configuration. Once the create succeeded, its `create_request`
-    /// is empty: the request is never sent again, so the lease does not keep
-    /// it (a create request can be kilobytes).
+    /// The configuration, except its `create_request`, which is always
+    /// empty here: the heartbeat turns it into the create attempt's body
+    /// when it is built and keeps only those bytes (a retry resends them
+    /// unchanged), and not even those once the create succeeded. A
+    /// `serde_json::Map` costs several hundred bytes per member object, and
+    /// a driver may hold 100,000 leases waiting for their creates. See
+    /// [`Heartbeat::create_request`] for the members while the create is
+    /// pending.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The create request's configured members (without `idempotency_key`
+    /// and `ttl_ms`), read back from the create attempt's body while that
+    /// create is outstanding; `None` once it succeeded, for an adopted
+    /// create, and for a heartbeat made by [`Heartbeat::for_reservation`].
+    pub fn create_request(&self) -> Option<Map<String, Value>> {
+        let attempt = self.attempt.as_ref()?;
+        if attempt.kind != AttemptKind::Create || self.adopted_key.is_some() {
+            return None;
+        }
+        let mut members: Map<String, Value> = serde_json::from_slice(&attempt.body).ok()?;
+        members.remove("idempotency_key");
+        members.remove("ttl_ms");
+        Some(members)
     }
 
     /// The reservation id, once a create succeeded.
@@ -828,8 +849,10 @@ impl Heartbeat {
         Ok(key)
     }
 
-    fn create_body(&self, key: &str) -> Vec<u8> {
-        let mut body = self.config.create_request.clone();
+    /// The create request body; takes the configured members out of the
+    /// config (see [`Heartbeat::config`]).
+    fn create_body(&mut self, key: &str) -> Vec<u8> {
+        let mut body = std::mem::take(&mut self.config.create_request);
         body.insert("idempotency_key".into(), Value::from(key));
         body.insert("ttl_ms".into(), Value::from(self.config.ttl_ms));
         serde_json::to_vec(&body).expect("a JSON map always serializes")
@@ -1051,9 +1074,6 @@ impl Heartbeat {
                     let key = self.fresh_key()?;
                     self.last_event_ns = now_ns;
                     self.reservation_id = body.reservation_id;
-                    // The create is done: its request (possibly kilobytes)
-                    // is never sent again, so it is not kept for the lease.
-                    self.config.create_request = Map::new();
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
                         sum_grants: 0,

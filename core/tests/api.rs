@@ -513,12 +513,15 @@ fn the_create_request_is_not_kept_once_the_create_succeeded() {
     );
     let mut hb =
         Heartbeat::with_key_source(config.clone(), Box::new(SequentialKeys::new("k"))).unwrap();
-    // Until the create succeeded, it is kept: a retry resends it byte for byte.
+    // Only the create body is kept, never the map: a retry resends the
+    // body byte for byte, and the members read back from it.
+    assert!(hb.config().create_request.is_empty());
+    assert_eq!(hb.create_request().as_ref(), Some(&config.create_request));
     let first = hb.attempt().unwrap().clone();
     hb.handle_sent(first.id, 0).unwrap();
     hb.handle_failure(first.id, TransportFailure::Timeout, MS)
         .unwrap();
-    assert_eq!(hb.config().create_request, config.create_request);
+    assert_eq!(hb.create_request().as_ref(), Some(&config.create_request));
     let retry = hb.attempt().unwrap().clone();
     assert_eq!((retry.key_use, &retry.body), (KeyUse::Same, &first.body));
     hb.handle_sent(retry.id, 2 * MS).unwrap();
@@ -526,6 +529,7 @@ fn the_create_request_is_not_kept_once_the_create_succeeded() {
         .unwrap();
     // Once it succeeded, the lease holds neither the request nor its body.
     assert!(hb.config().create_request.is_empty());
+    assert_eq!(hb.create_request(), None);
     let next = hb.attempt().unwrap();
     assert_eq!(next.kind, AttemptKind::Extend);
     assert!(!String::from_utf8_lossy(&next.body).contains("acme"));

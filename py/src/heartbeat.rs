@@ -503,10 +503,13 @@ impl PyHeartbeat {
         self.read(|hb| hb.config().request_timeout_ms)
     }
 
-    /// A copy of the configured create_request members (a new dict).
+    /// A copy of the configured create_request members (a new dict), read
+    /// back from the create attempt's body while the create is outstanding;
+    /// ``{}`` once it succeeded (the lease keeps no copy of it), for an
+    /// adopted create and for ``for_reservation``.
     #[getter]
     fn create_request<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let m = self.read(|hb| hb.config().create_request.clone())?;
+        let m = self.read(|hb| hb.create_request().unwrap_or_default())?;
         from_json_object(py, &m)
     }
 
