@@ -163,7 +163,9 @@ fn worker(
 struct Slot {
     base: Arc<str>,
     hb: Heartbeat,
-    in_flight: Option<AttemptReport>,
+    /// An attempt is in flight (the heartbeat holds it: its report is
+    /// built from `hb.attempt()` when its outcome arrives, not kept here).
+    in_flight: bool,
     /// Generation of the scheduled send (bumped by every decision).
     send_gen: u32,
     /// Generation of `proven_until` (bumped by every primary success).
@@ -430,7 +432,7 @@ impl Timer {
                 let mut slot = Box::new(Slot {
                     base,
                     hb: *hb,
-                    in_flight: None,
+                    in_flight: false,
                     send_gen: 0,
                     proven_gen: 0,
                     due_ns,
@@ -522,7 +524,7 @@ impl Timer {
             if self
                 .leases
                 .get(&lease)
-                .is_none_or(|s| s.send_gen != generation || s.in_flight.is_some())
+                .is_none_or(|s| s.send_gen != generation || s.in_flight)
             {
                 continue;
             }
@@ -547,7 +549,7 @@ impl Timer {
             if self
                 .leases
                 .get(&lease)
-                .is_some_and(|s| s.send_gen == generation && s.in_flight.is_none())
+                .is_some_and(|s| s.send_gen == generation && !s.in_flight)
             {
                 self.dispatch(lease);
             }
@@ -599,7 +601,7 @@ impl Timer {
                 JeopardyReason::ProvenUntilReached
             }
             Watch::Late => {
-                if slot.send_gen != generation || slot.in_flight.is_some() || slot.late_reported {
+                if slot.send_gen != generation || slot.in_flight || slot.late_reported {
                     return;
                 }
                 slot.late_reported = true;
@@ -684,15 +686,7 @@ impl Timer {
         let enforce_ms = budget_ms - super::detection_slack_ms(budget_ms);
         debug_assert!(enforce_ms >= 1);
         let deadline_ns = now.saturating_add(ms_to_ns(enforce_ms));
-        slot.in_flight = Some(AttemptReport {
-            id: attempt.id,
-            kind: attempt.kind,
-            key: attempt.key.clone(),
-            key_use: attempt.key_use,
-            key_index: attempt.key_index,
-            sent_ns: now,
-            due_ns: (due_ns != u64::MAX).then_some(due_ns),
-        });
+        slot.in_flight = true;
         tracing::debug!(target: "leasebeat::driver", %lease,
             reservation_id = slot.hb.reservation_id().unwrap_or(""),
             attempt = attempt.id, kind = attempt.kind.as_str(),
@@ -729,14 +723,28 @@ impl Timer {
             Ok(r) => Outcome::Status(r.status),
             Err(f) => Outcome::Failure(*f),
         };
+        // The report of the attempt this outcome answers, read before the
+        // core installs the next one.
+        let report = match (slot.in_flight, slot.hb.attempt()) {
+            (true, Some(a)) if a.id == c.attempt_id => Some(AttemptReport {
+                id: a.id,
+                kind: a.kind,
+                key: a.key.clone(),
+                key_use: a.key_use,
+                key_index: a.key_index,
+                sent_ns: a.sent_ns.unwrap_or(observed),
+                due_ns: (slot.due_ns != u64::MAX).then_some(slot.due_ns),
+            }),
+            _ => None,
+        };
         let result = match c.result {
             Ok(response) => slot.hb.handle_response(c.attempt_id, response, observed),
             Err(failure) => slot.hb.handle_failure(c.attempt_id, failure, observed),
         };
         match result {
             Ok(decision) => {
-                let attempt = slot.in_flight.take();
-                self.emit(c.lease, attempt, outcome, observed, decision);
+                slot.in_flight = false;
+                self.emit(c.lease, report, outcome, observed, decision);
             }
             Err(e) => match e.kind() {
                 ErrorKind::NotOutstanding | ErrorKind::Stopped => {
@@ -855,7 +863,7 @@ mod tests {
         Slot {
             base: Arc::from("http://127.0.0.1:1"),
             hb: Heartbeat::new(crate::Config::new(4_000, Some(1_000))).unwrap(),
-            in_flight: None,
+            in_flight: false,
             send_gen: 0,
             proven_gen: 0,
             due_ns: 0,
