@@ -42,7 +42,7 @@ for (const m of ['pollAction', 'handleResponse', 'handleFailure', 'cancel', 'han
   const f = proto[m]
   proto[m] = function (...args) { return record(m, () => f.apply(this, args)) }
 }
-for (const g of ['attempt', 'lastDecision', 'reservationId', 'stopReason', 'mode', 'lastEventNs', 'ttlMs', 'requestTimeoutMs', 'maxRttMs', 'closed']) {
+for (const g of ['attempt', 'lastDecision', 'lastDecisionJson', 'reservationId', 'stopReason', 'mode', 'lastEventNs', 'ttlMs', 'requestTimeoutMs', 'maxRttMs', 'closed']) {
   const get = Object.getOwnPropertyDescriptor(proto, g).get
   Object.defineProperty(proto, g, { get () { return record(g, () => get.call(this)) } })
 }
@@ -95,6 +95,40 @@ function probe (h) {
 }
 for (const g of GETTERS) tryIt(() => Object.getOwnPropertyDescriptor(proto, g).get.call({}))
 tryIt(() => proto.pollTimeout.call({}))
+// Receivers that are not a Heartbeat: an object made with Object.create of
+// a heartbeat (before and after the heartbeat's own first call: it must
+// never act on its prototype's lease), a plain object, none at all.
+{
+  const parent = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'd' })
+  const early = Object.create(parent)
+  const members = (x) => {
+    probe(x)
+    tryIt(() => x.pollAction())
+    tryIt(() => x.attempt)
+    tryIt(() => x.lastDecision)
+    tryIt(() => x.handleSent(1, 0))
+    tryIt(() => x.handleResponse(1, { status: 200, body: CREATE }, 1))
+    tryIt(() => x.handleFailure(1, 'timeout', 1))
+    tryIt(() => x.cancel(2))
+    tryIt(() => x.close())
+  }
+  members(early)
+  parent.pollAction()
+  parent.handleSent(1, 0)
+  members(Object.create(parent))
+  members(Object.freeze(Object.create(parent)))
+  members(Object.create(Object.freeze(new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000 }))))
+  for (const m of ['pollAction', 'handleSent', 'handleResponse', 'handleFailure', 'cancel', 'close', 'pollTimeout']) {
+    tryIt(() => proto[m].call({}, 1, { status: 200 }, 1))
+    tryIt(() => proto[m].call(undefined, 1, { status: 200 }, 1))
+  }
+  for (const g of ['attempt', 'lastDecision', 'lastDecisionJson']) tryIt(() => Object.getOwnPropertyDescriptor(proto, g).get.call(undefined))
+  // The parent is untouched: its create is still in flight.
+  probe(parent)
+  parent.attempt
+  parent.handleResponse(1, { status: 200, body: CREATE }, 1500)
+  parent.pollAction()
+}
 for (const options of [{ ttlMs: 60000, requestTimeoutMs: 2 ** 60 }, { ttlMs: 2 ** 60, requestTimeoutMs: 2n ** 60n }, { ttlMs: 60000 }]) {
   tryIt(() => probe(new Heartbeat(options)))
 }

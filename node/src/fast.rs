@@ -321,8 +321,19 @@ pub fn write_action(p: &Polled<'_>, known_id: f64, scratch: &mut [u8]) -> Result
     if a.id as f64 == known_id {
         return Ok(None);
     }
-    s.f64(A_KEY_LEN, a.key.encode_utf16().count() as f64);
-    let text = String::from_utf8_lossy(&a.body);
+    let key_ascii = a.key.is_ascii();
+    let key_units = if key_ascii {
+        a.key.len()
+    } else {
+        a.key.encode_utf16().count()
+    };
+    s.f64(A_KEY_LEN, key_units as f64);
+    // `from_utf8` checks ASCII a word at a time; the lossy reader, needed
+    // only for a body that is not UTF-8, goes byte by byte.
+    let text = match std::str::from_utf8(&a.body) {
+        Ok(t) => Cow::Borrowed(t),
+        Err(_) => String::from_utf8_lossy(&a.body),
+    };
     // Usually (a UTF-8 body, room left): the key and the body text after the
     // body in the scratch, from where the caller makes the JavaScript string
     // without an allocation of its own.
@@ -335,7 +346,7 @@ pub fn write_action(p: &Polled<'_>, known_id: f64, scratch: &mut [u8]) -> Result
             let mid = end + a.key.len();
             scratch[end..mid].copy_from_slice(a.key.as_bytes());
             scratch[mid..stop].copy_from_slice(body.as_bytes());
-            let ascii = a.key.is_ascii() && body.is_ascii();
+            let ascii = key_ascii && body.is_ascii();
             return Ok(Some(Text::Scratch(end, stop - end, ascii)));
         }
     }

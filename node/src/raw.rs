@@ -550,14 +550,21 @@ unsafe extern "C" fn last(env: sys::napi_env, info: sys::napi_callback_info) -> 
     })
 }
 
+/// `__lbGet`'s code of the `closed` getter.
+const CLOSED: u32 = 8;
+
 /// `__lbGet(handle, which)`: the value of a getter (or `pollTimeout()`),
-/// by the codes of [`crate::Got::of`].
+/// by the codes of [`crate::Got::of`], or `closed` ([`CLOSED`]).
 unsafe extern "C" fn get(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     guard(env, |e| {
         // SAFETY: `env` and `info` are this callback's.
         let [h, which] = unsafe { args::<2>(env, info)? };
         // SAFETY: the arguments of this callback; fast.js passes a number.
         let (state, which) = unsafe { (shared(env, h)?, u32::from_napi_value(env, which)?) };
+        if which == CLOSED {
+            // Never throws, closed or not (as the `closed` getter).
+            return boolean(e, crate::is_closed(state));
+        }
         let got = thrown(e, with_state(state, |hb| Ok(crate::Got::of(which, hb))))?
             .ok_or_else(|| Error::from_status(Status::InvalidArg))?;
         // SAFETY: a value creation in this callback's env.
