@@ -71,6 +71,17 @@ for (const bad of [null, [], 'x', { status: 200, extra: 1 }, { body: CREATE }, {
   tryIt(() => b.handleResponse(1, bad, 1))
   b.attempt
 }
+// Odd numbers (fast.js passes numbers to the addon through the scratch).
+for (const [id, status, now] of [[NaN, 200, 1], [-0, 200, 1], [Infinity, 200, 1], [2 ** 53, 200, 1], [-1, 200, 1],
+  [1, NaN, 1], [1, 1000, 1], [1, 99.5, 1], [1, -200, 1], [1, Infinity, 1], [1, 200, NaN], [1, 200, -1],
+  [1, 200, Infinity], [1, 200, 2 ** 70], [1, 200, -0], [1, 200, 0.0000004], [2, 200, 1], [1n, 200, 1], [1, 200n, 1], [1, 200, 1n]]) {
+  for (const body of [CREATE, new TextEncoder().encode(CREATE), 7, null]) {
+    const b = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'n' })
+    b.handleSent(1, 0)
+    tryIt(() => b.handleResponse(id, { status, body }, now))
+    b.attempt
+  }
+}
 // String bodies with real non-ASCII text (read as UTF-8 when well formed):
 // whitespace before the members moves 'é' and the emoji across 1 KiB (the
 // addon's first read), and a lone surrogate far into a long body.

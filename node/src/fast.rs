@@ -53,6 +53,11 @@ const A_KEY_LEN: usize = 41;
 const A_BODY_LEN: usize = 42;
 const A_SENT_NS: usize = 43;
 
+/// Input slots: `attemptId`, `status`, `now` (milliseconds) and the
+/// attempt id whose text `fast.js` holds, written by `fast.js` before a
+/// call of `__lbRespondIn`/`__lbRespondInText`.
+const IN_FIRST: usize = 56;
+
 /// Where the body bytes start.
 const BYTES: usize = 512;
 
@@ -95,6 +100,21 @@ impl Slots<'_> {
     fn code(&mut self, slot: usize, v: u32) {
         self.f64(slot, f64::from(v));
     }
+}
+
+/// The input slots (see [`IN_FIRST`]); NaN when the scratch is too small.
+pub fn inputs(scratch: &[u8]) -> [f64; 4] {
+    let mut out = [f64::NAN; 4];
+    for (i, v) in out.iter_mut().enumerate() {
+        let at = (IN_FIRST + i) * 8;
+        if let Some(b) = scratch
+            .get(at..at + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        {
+            *v = f64::from_ne_bytes(b);
+        }
+    }
+    out
 }
 
 /// A number JavaScript sees as a `number`: a safe integer or an infinity.
