@@ -210,6 +210,18 @@ fn bigint_i128(v: &Unknown<'_>, what: &str) -> R<i128> {
 
 /// A finite, non-negative, integral number at most 2^53-1.
 pub fn safe_u64(n: f64, what: &str) -> R<u64> {
+    // The usual case without `fract()` (a libm call here): within
+    // 0..=2^53-1 the truncating cast is exact, so it round-trips exactly
+    // when `n` is integral (NaN fails the range test; -0 gives 0, as below).
+    if (0.0..=MAX_SAFE as f64).contains(&n) && (n as u64) as f64 == n {
+        return Ok(n as u64);
+    }
+    safe_u64_checked(n, what)
+}
+
+/// [`safe_u64`]'s checks, in order, with their messages.
+#[cold]
+fn safe_u64_checked(n: f64, what: &str) -> R<u64> {
     if n.is_nan() {
         return Err(Fail::range(format!("{what} must not be NaN")));
     }
