@@ -45,6 +45,8 @@ function install () {
     return f
   }
   const handle = take('__handle')
+  // Node's `Buffer` global is an accessor: read it once.
+  const allocUnsafe = Buffer.allocUnsafe
   // Raw Node-API callbacks (src/raw.rs): (handle, ...args), no receiver.
   const takeRaw = (name) => {
     const f = binding[name]
@@ -54,6 +56,8 @@ function install () {
   const respond = takeRaw('__lbRespond')
   const respondBody = takeRaw('__lbRespondBody')
   const respondText = takeRaw('__lbRespondText')
+  const respondIn = takeRaw('__lbRespondIn')
+  const respondInText = takeRaw('__lbRespondInText')
   const register = takeRaw('__lbScratch')
   const poll = takeRaw('__lbPoll')
   const sent = takeRaw('__lbSent')
@@ -61,7 +65,57 @@ function install () {
   const cancelFast = takeRaw('__lbCancel')
   const last = takeRaw('__lbLast')
   const get = takeRaw('__lbGet')
+  // Per heartbeat: its handle (the external through which the raw
+  // callbacks reach its state, made once by __handle), its reservation id
+  // once known, and the key and body text of the last attempt handed out
+  // (ids are unique per heartbeat). Kept under a symbol, or in a WeakMap for
+  // a non-extensible heartbeat. `o` is the heartbeat itself: an object made
+  // with Object.create(heartbeat) inherits the symbol property but is not a
+  // Heartbeat (it has no native state of its own), and must not act on its
+  // prototype's lease.
+  const CACHE = Symbol('leasebeat.fast')
+  const frozen = new WeakMap()
+  function notHeartbeat () {
+    const e = new TypeError('this is not a Heartbeat (an object made with Object.create(heartbeat) is not one either): call the method or getter on the Heartbeat itself')
+    e.code = 'ERR_LEASEBEAT_INVALID_ARGUMENT'
+    return e
+  }
+  function cacheOf (hb) {
+    if (typeof hb !== 'object' || hb === null) throw notHeartbeat()
+    let c = hb[CACHE]
+    if (c === undefined || c.o !== hb) {
+      c = frozen.get(hb)
+      if (c === undefined) {
+        let h
+        try {
+          h = handle.call(hb)
+        } catch {
+          throw notHeartbeat()
+        }
+        c = { o: hb, h, rid: null, id: -1, key: '', text: '', epoch: -1 }
+        if (Object.isExtensible(hb)) Object.defineProperty(hb, CACHE, { value: c })
+        else frozen.set(hb, c)
+      }
+    }
+    return c
+  }
+
+  // Every public member refuses a receiver that is not a Heartbeat with the
+  // same error on both paths; the members fast.js does not replace below
+  // keep their native code behind that check.
+  for (const name of Object.getOwnPropertyNames(proto)) {
+    if (name === 'constructor') continue
+    const d = Object.getOwnPropertyDescriptor(proto, name)
+    if (d.get) {
+      const get = d.get
+      Object.defineProperty(proto, name, { get: { [name] () { cacheOf(this); return get.call(this) } }[name] })
+    } else if (typeof d.value === 'function') {
+      const f = d.value
+      Object.defineProperty(proto, name, { value: { [name] (...args) { cacheOf(this); return f.apply(this, args) } }[name] })
+    }
+  }
   if (keepNative) return
+  // The regular methods (behind the receiver check above).
   const slow = {
     handleResponse: proto.handleResponse,
     pollAction: proto.pollAction,
@@ -93,23 +147,6 @@ function install () {
   // refuses a lone surrogate with the documented error).
   const isWellFormed = String.prototype.isWellFormed
 
-  // Per heartbeat: its reservation id once known, and the key and body text
-  // of the last attempt handed out (ids are unique per heartbeat).
-  const CACHE = Symbol('leasebeat.fast')
-  const frozen = new WeakMap()
-  function cacheOf (hb) {
-    let c = hb[CACHE]
-    if (c === undefined) {
-      c = frozen.get(hb)
-      if (c === undefined) {
-        c = { h: undefined, rid: null, id: -1, key: '', text: '', epoch: -1 }
-        if (Object.isExtensible(hb)) Object.defineProperty(hb, CACHE, { value: c })
-        else frozen.set(hb, c)
-      }
-    }
-    return c
-  }
-
   // The action slots of the scratch hold the action pollAction() returns
   // for the heartbeat whose cache has `epoch === epoch`: handleResponse
   // writes it with the decision, and every other write of those slots bumps
@@ -119,35 +156,10 @@ function install () {
     cacheOf(hb).epoch = -1
   }
 
-  // The external through which the raw callbacks reach this heartbeat's
-  // state (made once; __handle throws as any method would for a non-Heartbeat).
-  function handleOf (hb) {
-    const c = cacheOf(hb)
-    if (c.h === undefined) c.h = handle.call(hb)
-    return c
-  }
-
-  // A getter's (or pollTimeout's) value through __lbGet. A receiver that is
-  // not a Heartbeat goes to the regular native getter, whose error napi-rs
-  // words differently from the methods' (and nothing is stored on it).
-  const GOT = ['reservationId', 'stopReason', 'mode', 'pollTimeout', 'lastEventNs', 'ttlMs', 'requestTimeoutMs', 'maxRttMs']
-    .map((name) => {
-      const d = Object.getOwnPropertyDescriptor(proto, name)
-      return d.get ?? d.value
-    })
+  // A getter's (or pollTimeout's) value through __lbGet (the codes of
+  // Got::of in src/lib.rs; 8 is `closed`).
   function got (hb, code) {
-    let c = typeof hb === 'object' && hb !== null ? (hb[CACHE] ?? frozen.get(hb)) : undefined
-    if (c === undefined || c.h === undefined) {
-      let h
-      try {
-        h = handle.call(hb)
-      } catch {
-        return GOT[code].call(hb)
-      }
-      c = cacheOf(hb)
-      c.h = h
-    }
-    return get(c.h, code)
+    return get(cacheOf(hb).h, code)
   }
 
   function numbers () {
@@ -174,14 +186,13 @@ function install () {
   }
 
   // The decision the last native call wrote (`written` false: the slow path).
-  function decision (hb, written) {
-    if (!written) return slow.lastDecision.call(hb)
+  function decision (c, written) {
+    if (!written) return slow.lastDecision.call(c.o)
     const flags = f64[0]
     let rid = null
     if (flags & RID) {
-      const c = cacheOf(hb)
       rid = c.rid
-      if (rid === null) rid = c.rid = slow.reservationId.call(hb)
+      if (rid === null) rid = c.rid = slow.reservationId.call(c.o)
     }
     const warnings = []
     for (let i = f64[13]; i > 0; i--) warnings.push(WARNING)
@@ -206,11 +217,16 @@ function install () {
   }
 
   // A fresh Buffer holding the body bytes the last __lbPoll wrote, allocated
-  // as Buffer.allocUnsafe does (small ones from Node's pool; faster than
-  // Buffer.from of a view), then filled.
+  // by Buffer.allocUnsafe (small ones from Node's pool; faster than
+  // Buffer.from of a view), then filled from a view of the scratch kept per
+  // length (making a view per call, as `subarray` does, cost more than the
+  // copy).
+  const views = []
   function bodyBuffer (len) {
-    const b = Buffer.allocUnsafe(len)
-    b.set(bytes.subarray(BYTES, BYTES + len))
+    const b = allocUnsafe(len)
+    let v = views[len]
+    if (v === undefined) v = views[len] = new Uint8Array(buffer, BYTES, len)
+    b.set(v)
     return b
   }
 
@@ -252,10 +268,11 @@ function install () {
   Object.defineProperties(proto, {
     handleResponse: {
       value: function handleResponse (attemptId, response, now) {
+        const c = cacheOf(this)
         // Anything but a plain object of known properties goes the regular
         // way, which refuses it with the documented error.
         if (!isPlainResponse(response)) {
-          changed(this)
+          c.epoch = -1
           return slow.handleResponse.call(this, attemptId, response, now)
         }
         // Each property read once, in the order the addon reads them.
@@ -263,41 +280,53 @@ function install () {
         const headers = response.headers
         const body = response.body
         const timingUnknown = response.timingUnknown
-        const c = handleOf(this)
-        const text = headers === undefined && timingUnknown === undefined
-          ? (typeof body === 'string' && isWellFormed !== undefined && isWellFormed.call(body)
+        let text
+        if (headers === undefined && timingUnknown === undefined) {
+          const wellFormed = typeof body === 'string' && isWellFormed !== undefined && isWellFormed.call(body)
+          if (typeof attemptId === 'number' && typeof status === 'number' && typeof now === 'number') {
+            // The numbers through the scratch's input slots (src/fast.rs).
+            f64[56] = attemptId
+            f64[57] = status
+            f64[58] = now
+            f64[59] = c.id
+            text = wellFormed ? respondInText(c.h, body) : respondIn(c.h, body)
+          } else {
+            text = wellFormed
               ? respondText(c.h, attemptId, status, body, now, c.id)
-              : respondBody(c.h, attemptId, status, body, now, c.id))
-          : respond(c.h, attemptId, status, headers, body, timingUnknown, now, c.id)
+              : respondBody(c.h, attemptId, status, body, now, c.id)
+          }
+        } else {
+          text = respond(c.h, attemptId, status, headers, body, timingUnknown, now, c.id)
+        }
         c.epoch = ++epoch
         if (text !== null) absorb(c, text)
-        return decision(this, (f64[0] & SLOW) === 0)
+        return decision(c, (f64[0] & SLOW) === 0)
       }
     },
     handleSent: {
       value: function handleSent (attemptId, now) {
-        const c = handleOf(this)
+        const c = cacheOf(this)
         c.epoch = -1
         sent(c.h, attemptId, now)
       }
     },
     handleFailure: {
       value: function handleFailure (attemptId, failure, now) {
-        const c = handleOf(this)
+        const c = cacheOf(this)
         c.epoch = -1
-        return decision(this, fail(c.h, attemptId, failure, now))
+        return decision(c, fail(c.h, attemptId, failure, now))
       }
     },
     cancel: {
       value: function cancel (now) {
-        const c = handleOf(this)
+        const c = cacheOf(this)
         c.epoch = -1
-        return decision(this, cancelFast(c.h, now))
+        return decision(c, cancelFast(c.h, now))
       }
     },
     pollAction: {
       value: function pollAction () {
-        const c = handleOf(this)
+        const c = cacheOf(this)
         if (c.epoch !== epoch) {
           const text = poll(c.h, c.id, false)
           c.epoch = ++epoch
@@ -311,13 +340,14 @@ function install () {
     },
     lastDecision: {
       get: function () {
-        const written = last(handleOf(this).h)
-        return written === null ? null : decision(this, written)
+        const c = cacheOf(this)
+        const written = last(c.h)
+        return written === null ? null : decision(c, written)
       }
     },
     attempt: {
       get: function () {
-        const c = handleOf(this)
+        const c = cacheOf(this)
         const text = poll(c.h, c.id, true)
         epoch++ // the slots now hold the attempt, not the action
         if (f64[32] & SLOW) return slow.attempt.call(this)
@@ -336,6 +366,7 @@ function install () {
     ttlMs: { get: function () { return got(this, 5) } },
     requestTimeoutMs: { get: function () { return got(this, 6) } },
     maxRttMs: { get: function () { return got(this, 7) } },
+    closed: { get: function () { return got(this, 8) } },
     close: {
       value: function close () {
         changed(this)

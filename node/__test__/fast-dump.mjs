@@ -42,7 +42,7 @@ for (const m of ['pollAction', 'handleResponse', 'handleFailure', 'cancel', 'han
   const f = proto[m]
   proto[m] = function (...args) { return record(m, () => f.apply(this, args)) }
 }
-for (const g of ['attempt', 'lastDecision', 'reservationId', 'stopReason', 'mode', 'lastEventNs', 'ttlMs', 'requestTimeoutMs', 'maxRttMs', 'closed']) {
+for (const g of ['attempt', 'lastDecision', 'lastDecisionJson', 'reservationId', 'stopReason', 'mode', 'lastEventNs', 'ttlMs', 'requestTimeoutMs', 'maxRttMs', 'closed']) {
   const get = Object.getOwnPropertyDescriptor(proto, g).get
   Object.defineProperty(proto, g, { get () { return record(g, () => get.call(this)) } })
 }
@@ -71,6 +71,17 @@ for (const bad of [null, [], 'x', { status: 200, extra: 1 }, { body: CREATE }, {
   tryIt(() => b.handleResponse(1, bad, 1))
   b.attempt
 }
+// Odd numbers (fast.js passes numbers to the addon through the scratch).
+for (const [id, status, now] of [[NaN, 200, 1], [-0, 200, 1], [Infinity, 200, 1], [2 ** 53, 200, 1], [-1, 200, 1],
+  [1, NaN, 1], [1, 1000, 1], [1, 99.5, 1], [1, -200, 1], [1, Infinity, 1], [1, 200, NaN], [1, 200, -1],
+  [1, 200, Infinity], [1, 200, 2 ** 70], [1, 200, -0], [1, 200, 0.0000004], [2, 200, 1], [1n, 200, 1], [1, 200n, 1], [1, 200, 1n]]) {
+  for (const body of [CREATE, new TextEncoder().encode(CREATE), 7, null]) {
+    const b = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'n' })
+    b.handleSent(1, 0)
+    tryIt(() => b.handleResponse(id, { status, body }, now))
+    b.attempt
+  }
+}
 // String bodies with real non-ASCII text (read as UTF-8 when well formed):
 // whitespace before the members moves 'é' and the emoji across 1 KiB (the
 // addon's first read), and a lone surrogate far into a long body.
@@ -95,6 +106,40 @@ function probe (h) {
 }
 for (const g of GETTERS) tryIt(() => Object.getOwnPropertyDescriptor(proto, g).get.call({}))
 tryIt(() => proto.pollTimeout.call({}))
+// Receivers that are not a Heartbeat: an object made with Object.create of
+// a heartbeat (before and after the heartbeat's own first call: it must
+// never act on its prototype's lease), a plain object, none at all.
+{
+  const parent = new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000, keyPrefix: 'd' })
+  const early = Object.create(parent)
+  const members = (x) => {
+    probe(x)
+    tryIt(() => x.pollAction())
+    tryIt(() => x.attempt)
+    tryIt(() => x.lastDecision)
+    tryIt(() => x.handleSent(1, 0))
+    tryIt(() => x.handleResponse(1, { status: 200, body: CREATE }, 1))
+    tryIt(() => x.handleFailure(1, 'timeout', 1))
+    tryIt(() => x.cancel(2))
+    tryIt(() => x.close())
+  }
+  members(early)
+  parent.pollAction()
+  parent.handleSent(1, 0)
+  members(Object.create(parent))
+  members(Object.freeze(Object.create(parent)))
+  members(Object.create(Object.freeze(new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 10000 }))))
+  for (const m of ['pollAction', 'handleSent', 'handleResponse', 'handleFailure', 'cancel', 'close', 'pollTimeout']) {
+    tryIt(() => proto[m].call({}, 1, { status: 200 }, 1))
+    tryIt(() => proto[m].call(undefined, 1, { status: 200 }, 1))
+  }
+  for (const g of ['attempt', 'lastDecision', 'lastDecisionJson']) tryIt(() => Object.getOwnPropertyDescriptor(proto, g).get.call(undefined))
+  // The parent is untouched: its create is still in flight.
+  probe(parent)
+  parent.attempt
+  parent.handleResponse(1, { status: 200, body: CREATE }, 1500)
+  parent.pollAction()
+}
 for (const options of [{ ttlMs: 60000, requestTimeoutMs: 2 ** 60 }, { ttlMs: 2 ** 60, requestTimeoutMs: 2n ** 60n }, { ttlMs: 60000 }]) {
   tryIt(() => probe(new Heartbeat(options)))
 }

@@ -209,7 +209,19 @@ fn bigint_i128(v: &Unknown<'_>, what: &str) -> R<i128> {
 }
 
 /// A finite, non-negative, integral number at most 2^53-1.
-fn safe_u64(n: f64, what: &str) -> R<u64> {
+pub fn safe_u64(n: f64, what: &str) -> R<u64> {
+    // The usual case without `fract()` (a libm call here): within
+    // 0..=2^53-1 the truncating cast is exact, so it round-trips exactly
+    // when `n` is integral (NaN fails the range test; -0 gives 0, as below).
+    if (0.0..=MAX_SAFE as f64).contains(&n) && (n as u64) as f64 == n {
+        return Ok(n as u64);
+    }
+    safe_u64_checked(n, what)
+}
+
+/// [`safe_u64`]'s checks, in order, with their messages.
+#[cold]
+fn safe_u64_checked(n: f64, what: &str) -> R<u64> {
     if n.is_nan() {
         return Err(Fail::range(format!("{what} must not be NaN")));
     }
@@ -724,30 +736,8 @@ pub fn response_status_body(
     well_formed: bool,
 ) -> R<lb::Response> {
     // Checked in the order of `response_parts`: status, then body.
-    let code = try_number(&status)
-        .and_then(|n| safe_u64(n, what).ok())
-        .and_then(|n| u16::try_from(n).ok());
-    if let Some(code) = code {
-        // One Node-API call for the usual bodies: a Buffer/Uint8Array, or a
-        // string the caller found well formed.
-        let fast = if well_formed {
-            utf8_text(&body)
-        } else {
-            uint8_bytes(&body)
-        };
-        let bytes = match fast {
-            Some(b) => Some(b),
-            None => match type_of(&body, what)? {
-                ValueType::Object => read::<Uint8ArraySlice<'_>>(&body, what)
-                    .ok()
-                    .map(|b| b.to_vec()),
-                ValueType::String => Some(text(&body, &member(what, "body"))?.into_bytes()),
-                _ => None,
-            },
-        };
-        if let Some(bytes) = bytes {
-            let mut r = lb::Response::new(code);
-            r.body = bytes;
+    if let Some(n) = try_number(&status) {
+        if let Some(r) = number_status_body(n, &body, what, well_formed)? {
             return Ok(r);
         }
     }
@@ -759,6 +749,64 @@ pub fn response_status_body(
         None,
         what,
     )
+}
+
+/// As [`response_status_body`] with the status given as a number (which
+/// `fast.js` passes through the scratch).
+pub fn response_number_status_body(
+    env: &Env,
+    status: f64,
+    body: Unknown<'_>,
+    what: &str,
+    well_formed: bool,
+) -> R<lb::Response> {
+    if let Some(r) = number_status_body(status, &body, what, well_formed)? {
+        return Ok(r);
+    }
+    // The general way, with the same number as a JavaScript value.
+    // SAFETY: a value creation in this env.
+    let raw = unsafe { f64::to_napi_value(env.raw(), status) }.map_err(|e| napi_fail(what, &e))?;
+    // SAFETY: `raw` is a live value of this env.
+    let status = unsafe { Unknown::from_raw_unchecked(env.raw(), raw) };
+    response_parts(env, Some(status), None, present(body, what)?, None, what)
+}
+
+/// The usual response: a valid status and a `Buffer`/`Uint8Array` body, or
+/// a string the caller found well formed; `None` for anything else (which
+/// the caller reads the general way, for the documented errors).
+fn number_status_body(
+    status: f64,
+    body: &Unknown<'_>,
+    what: &str,
+    well_formed: bool,
+) -> R<Option<lb::Response>> {
+    let code = safe_u64(status, what)
+        .ok()
+        .and_then(|n| u16::try_from(n).ok());
+    let Some(code) = code else {
+        return Ok(None);
+    };
+    // One Node-API call for the usual bodies.
+    let fast = if well_formed {
+        utf8_text(body)
+    } else {
+        uint8_bytes(body)
+    };
+    let bytes = match fast {
+        Some(b) => Some(b),
+        None => match type_of(body, what)? {
+            ValueType::Object => read::<Uint8ArraySlice<'_>>(body, what)
+                .ok()
+                .map(|b| b.to_vec()),
+            ValueType::String => Some(text(body, &member(what, "body"))?.into_bytes()),
+            _ => None,
+        },
+    };
+    Ok(bytes.map(|bytes| {
+        let mut r = lb::Response::new(code);
+        r.body = bytes;
+        r
+    }))
 }
 
 /// `Some` unless the value is `undefined` (an absent property).

@@ -53,6 +53,11 @@ const A_KEY_LEN: usize = 41;
 const A_BODY_LEN: usize = 42;
 const A_SENT_NS: usize = 43;
 
+/// Input slots: `attemptId`, `status`, `now` (milliseconds) and the
+/// attempt id whose text `fast.js` holds, written by `fast.js` before a
+/// call of `__lbRespondIn`/`__lbRespondInText`.
+const IN_FIRST: usize = 56;
+
 /// Where the body bytes start.
 const BYTES: usize = 512;
 
@@ -95,6 +100,21 @@ impl Slots<'_> {
     fn code(&mut self, slot: usize, v: u32) {
         self.f64(slot, f64::from(v));
     }
+}
+
+/// The input slots (see [`IN_FIRST`]); NaN when the scratch is too small.
+pub fn inputs(scratch: &[u8]) -> [f64; 4] {
+    let mut out = [f64::NAN; 4];
+    for (i, v) in out.iter_mut().enumerate() {
+        let at = (IN_FIRST + i) * 8;
+        if let Some(b) = scratch
+            .get(at..at + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        {
+            *v = f64::from_ne_bytes(b);
+        }
+    }
+    out
 }
 
 /// A number JavaScript sees as a `number`: a safe integer or an infinity.
@@ -321,8 +341,19 @@ pub fn write_action(p: &Polled<'_>, known_id: f64, scratch: &mut [u8]) -> Result
     if a.id as f64 == known_id {
         return Ok(None);
     }
-    s.f64(A_KEY_LEN, a.key.encode_utf16().count() as f64);
-    let text = String::from_utf8_lossy(&a.body);
+    let key_ascii = a.key.is_ascii();
+    let key_units = if key_ascii {
+        a.key.len()
+    } else {
+        a.key.encode_utf16().count()
+    };
+    s.f64(A_KEY_LEN, key_units as f64);
+    // `from_utf8` checks ASCII a word at a time; the lossy reader, needed
+    // only for a body that is not UTF-8, goes byte by byte.
+    let text = match std::str::from_utf8(&a.body) {
+        Ok(t) => Cow::Borrowed(t),
+        Err(_) => String::from_utf8_lossy(&a.body),
+    };
     // Usually (a UTF-8 body, room left): the key and the body text after the
     // body in the scratch, from where the caller makes the JavaScript string
     // without an allocation of its own.
@@ -335,7 +366,7 @@ pub fn write_action(p: &Polled<'_>, known_id: f64, scratch: &mut [u8]) -> Result
             let mid = end + a.key.len();
             scratch[end..mid].copy_from_slice(a.key.as_bytes());
             scratch[mid..stop].copy_from_slice(body.as_bytes());
-            let ascii = a.key.is_ascii() && body.is_ascii();
+            let ascii = key_ascii && body.is_ascii();
             return Ok(Some(Text::Scratch(end, stop - end, ascii)));
         }
     }

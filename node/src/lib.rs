@@ -788,6 +788,15 @@ fn with_state<T>(state: &Mutex<State>, f: impl FnOnce(&mut lb::Heartbeat) -> R<T
     }
 }
 
+/// True once `close()` was called on the heartbeat behind `state` (the
+/// `closed` getter, also read by `fast.js` through `__lbGet`).
+fn is_closed(state: &Mutex<State>) -> bool {
+    match state.lock() {
+        Ok(guard) => matches!(*guard, State::Closed),
+        Err(poisoned) => matches!(*poisoned.into_inner(), State::Closed),
+    }
+}
+
 /// Puts the raw callbacks of `fast.js` on the exports.
 #[napi(module_exports)]
 pub fn module_init(mut exports: Object<'_>, env: Env) -> Result<()> {
@@ -1071,10 +1080,7 @@ impl Heartbeat {
     /// True once `close()` was called.
     #[napi(getter, catch_unwind)]
     pub fn closed(&self) -> bool {
-        match self.state.lock() {
-            Ok(guard) => matches!(*guard, State::Closed),
-            Err(poisoned) => matches!(*poisoned.into_inner(), State::Closed),
-        }
+        is_closed(&self.state)
     }
 
     /// The reservation id: once a create succeeded, or from the start for a
