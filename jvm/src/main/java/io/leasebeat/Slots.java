@@ -255,9 +255,25 @@ final class Slots {
     }
   }
 
-  /** The decision at slot offset {@code o}, objects from {@code oo}. */
+  /**
+   * The decision at slot offset {@code o}, objects from {@code oo}: its texts are read now (the
+   * text buffer is reused), its components on first access ({@link #parts}).
+   */
   static Decision decision(
       long[] s, int o, Object[] objs, int oo, byte[] text, int t, long origin) {
+    long ridLen = s[o + D_RID_LEN];
+    String rid = str(ridLen, text, t, objs, oo + O_RID);
+    String detail =
+        str(s[o + D_DETAIL_LEN], text, t + (int) Math.max(0, ridLen), objs, oo + O_DETAIL);
+    // Kept for the components and the JSON on demand; every call allocates its own slots, so
+    // offset 0 is not copied.
+    long[] raw = o == 0 ? s : Arrays.copyOfRange(s, o, o + DEC_LEN);
+    return new Decision(raw, rid, detail, origin);
+  }
+
+  /** The components of the decision in {@code s} (offset 0), with its texts. */
+  static Decision.Parts parts(long[] s, String rid, String detail) {
+    final int o = 0;
     long flags = s[o + D_FLAGS];
     Optional<AttemptKind> send = Optional.empty();
     Optional<StopReason> stop = Optional.empty();
@@ -312,13 +328,7 @@ final class Slots {
       long p = s[o + D_PROVEN];
       provenUntil = Optional.of(p == -1L ? Num.INF : Num.ofUnsigned(p));
     }
-    long ridLen = s[o + D_RID_LEN];
-    String rid = str(ridLen, text, t, objs, oo + O_RID);
-    String detail =
-        str(s[o + D_DETAIL_LEN], text, t + (int) Math.max(0, ridLen), objs, oo + O_DETAIL);
-    // Kept for the JSON on demand; every call allocates its own slots, so offset 0 is not copied.
-    long[] raw = o == 0 ? s : Arrays.copyOfRange(s, o, o + DEC_LEN);
-    return new Decision(
+    return new Decision.Parts(
         Optional.ofNullable(rid),
         send,
         stop,
@@ -332,10 +342,7 @@ final class Slots {
         Optional.ofNullable(detail),
         provenUntil,
         signed(s, flags, F_EXPIRES, o + D_EXPIRES, "expires_at_ms"),
-        signed(s, flags, F_REMAINING, o + D_REMAINING, "remaining_ttl_ms"),
-        origin,
-        raw,
-        null);
+        signed(s, flags, F_REMAINING, o + D_REMAINING, "remaining_ttl_ms"));
   }
 
   /**
