@@ -1,6 +1,9 @@
 package io.leasebeat;
 
 import java.math.BigInteger;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.LongBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -86,15 +89,60 @@ final class Slots {
    */
   static final int TEXT_LEN = 512;
 
+  /** The native buffer's layout (jvm/native/lib.rs, BUF_*): slots, text, input body. */
+  static final int BUF_TEXT = 512;
+
+  static final int BUF_IN = BUF_TEXT + TEXT_LEN;
+  static final int BUF_IN_CAP = 3072;
+  static final int BUF_LEN = BUF_IN + BUF_IN_CAP;
+
   /**
-   * A thread's text buffer and object slots for the hot calls (decisions and polls): read while
-   * decoding, before the call returns; nothing keeps them (strings and bodies are copied out), so
-   * one per thread saves allocating and zeroing them per call. {@link #clear} after each use
-   * drops any object the call left (an error's message, a text too long for the buffer).
+   * A thread's buffers for the hot calls (decisions and polls): the native buffer the call reads
+   * the body from and writes its result to (a direct buffer: no JNI call per access), the text
+   * buffer and object slots read while decoding (strings and bodies are copied out). Nothing keeps
+   * them after the call, so one per thread saves allocating them per call. {@link #clear} after
+   * each use drops any object the call left (an error's message, a text too long for the buffer).
    */
   static final class Scratch {
+    final ByteBuffer buf = ByteBuffer.allocateDirect(BUF_LEN).order(ByteOrder.nativeOrder());
+    final LongBuffer longs = buf.asLongBuffer();
+    /** The address of {@link #buf}, for the native calls (valid while this scratch lives). */
+    final long addr = NativeBridge.nativeBufferAddress(buf);
+
     final byte[] text = new byte[TEXT_LEN];
     final Object[] objs = new Object[DECIDED_OBJS];
+    /** An action's slots (decoded, never kept). */
+    final long[] act = new long[ACT_LEN];
+
+    Scratch() {
+      if (addr == 0) {
+        throw new IllegalStateException("leasebeat: no native buffer");
+      }
+    }
+
+    /**
+     * The body argument: copied into the native buffer when it fits (returns its length; the
+     * array argument is then null), else -1 (the array goes as is).
+     */
+    int putBody(byte[] body) {
+      if (body == null || body.length > BUF_IN_CAP) {
+        return -1;
+      }
+      buf.put(BUF_IN, body);
+      return body.length;
+    }
+
+    /** The first {@code n} slots of the result into {@code s} from {@code from}. */
+    void slots(int from, long[] s, int n) {
+      longs.get(from, s, 0, n);
+    }
+
+    /** The first {@code n} bytes of the result's text into {@link #text}. */
+    void text(int n) {
+      if (n > 0) {
+        buf.get(BUF_TEXT, text, 0, n);
+      }
+    }
 
     void clear() {
       Arrays.fill(objs, null);
