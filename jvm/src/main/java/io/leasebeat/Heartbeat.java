@@ -101,10 +101,17 @@ public final class Heartbeat implements AutoCloseable {
   private static final class Known {
     final long m;
     final Action action;
+    /** The action's attempt id (0 for none), read without touching the action. */
+    final long id;
+    /** The last decision's reservation id and its UTF-8 bytes (null: none yet). */
+    final Slots.Text rid;
 
-    Known(long m, Action action) {
+    Known(long m, Action action, Slots.Text rid) {
       this.m = m;
       this.action = action;
+      Attempt a = action.attempt().orElse(null);
+      this.id = a == null ? 0 : a.id();
+      this.rid = rid;
     }
 
     Attempt attempt() {
@@ -112,8 +119,11 @@ public final class Heartbeat implements AutoCloseable {
     }
 
     static long id(Known k) {
-      Attempt a = k == null ? null : k.attempt();
-      return a == null ? 0 : a.id();
+      return k == null ? 0 : k.id;
+    }
+
+    static Slots.Text rid(Known k) {
+      return k == null ? null : k.rid;
     }
   }
 
@@ -406,6 +416,7 @@ public final class Heartbeat implements AutoCloseable {
             Slots.DECIDED_O_ACTION,
             text,
             Slots.decisionText(slots, 0),
+            null,
             null);
       } catch (RuntimeException e) {
         hb.close();
@@ -518,8 +529,10 @@ public final class Heartbeat implements AutoCloseable {
       int t = Slots.decisionText(raw, 0);
       scratch.text(t + Slots.actionText(act, 0));
       byte[] text = scratch.text;
-      Decision d = Slots.decision(raw, 0, objs, 0, text, 0, origin);
-      remember(m, act, 0, objs, Slots.DECIDED_O_ACTION, text, t, k);
+      // The reservation id rarely changes: the last one's String is reused when the bytes match.
+      Slots.Text rid = Slots.rid(raw, objs, text, Known.rid(k));
+      Decision d = Slots.decision(raw, rid == null ? null : rid.s, objs, text, origin);
+      remember(m, act, 0, objs, Slots.DECIDED_O_ACTION, text, t, k, rid);
       return d;
     } finally {
       scratch.clear();
@@ -528,7 +541,15 @@ public final class Heartbeat implements AutoCloseable {
 
   /** Decodes and remembers the action of change (or poll) number {@code m}. */
   private Action remember(
-      long m, long[] slots, int o, Object[] objs, int oo, byte[] text, int t, Known k) {
+      long m,
+      long[] slots,
+      int o,
+      Object[] objs,
+      int oo,
+      byte[] text,
+      int t,
+      Known k,
+      Slots.Text rid) {
     Action a =
         Slots.action(
             slots,
@@ -540,7 +561,7 @@ public final class Heartbeat implements AutoCloseable {
             k == null ? null : k.attempt(),
             k == null ? null : k.action,
             origin);
-    known = new Known(m, a);
+    known = new Known(m, a, rid);
     return a;
   }
 
@@ -646,7 +667,7 @@ public final class Heartbeat implements AutoCloseable {
       long[] slots = scratch.act;
       scratch.slots(0, slots, Slots.ACT_LEN);
       scratch.text(Slots.actionText(slots, 0));
-      return remember(m, slots, 0, objs, 0, scratch.text, 0, k);
+      return remember(m, slots, 0, objs, 0, scratch.text, 0, k, Known.rid(k));
     } finally {
       scratch.clear();
     }

@@ -144,6 +144,15 @@ final class Slots {
       }
     }
 
+    /** The last body length's array, reused (never kept: {@link Attempt} copies its body). */
+    private byte[] body = new byte[0];
+
+    byte[] body(byte[] from, int off, int len) {
+      byte[] b = body.length == len ? body : (body = new byte[len]);
+      System.arraycopy(from, off, b, 0, len);
+      return b;
+    }
+
     void clear() {
       Arrays.fill(objs, null);
     }
@@ -319,6 +328,48 @@ final class Slots {
     return new Decision(raw, rid, detail, origin);
   }
 
+  /** A reservation id and its UTF-8 bytes (immutable). */
+  static final class Text {
+    final String s;
+    final byte[] b;
+
+    Text(String s, byte[] b) {
+      this.s = s;
+      this.b = b;
+    }
+  }
+
+  /**
+   * The reservation id of the decision at offset 0 of {@code s} ({@code text} from 0): {@code
+   * last} itself when its bytes are the same (no new String), null when absent.
+   */
+  static Text rid(long[] s, Object[] objs, byte[] text, Text last) {
+    long len = s[D_RID_LEN];
+    if (len == -1) {
+      return null;
+    }
+    if (len == -2) {
+      String r = (String) objs[O_RID];
+      return new Text(r, r.getBytes(StandardCharsets.UTF_8));
+    }
+    int n = (int) len;
+    if (last != null && Arrays.equals(last.b, 0, last.b.length, text, 0, n)) {
+      return last;
+    }
+    byte[] b = Arrays.copyOf(text, n);
+    return new Text(new String(b, StandardCharsets.UTF_8), b);
+  }
+
+  /**
+   * The decision at offset 0 of {@code s} (kept by it) with its reservation id already read
+   * ({@link #rid}); the detail follows the id in {@code text}.
+   */
+  static Decision decision(long[] s, String rid, Object[] objs, byte[] text, long origin) {
+    String detail =
+        str(s[D_DETAIL_LEN], text, (int) Math.max(0, s[D_RID_LEN]), objs, O_DETAIL);
+    return new Decision(s, rid, detail, origin);
+  }
+
   /** The components of the decision in {@code s} (offset 0), with its texts. */
   static Decision.Parts parts(long[] s, String rid, String detail) {
     final int o = 0;
@@ -450,8 +501,9 @@ final class Slots {
     long keyLen = s[o + A_KEY_LEN];
     long bodyLen = s[o + A_BODY_LEN];
     int b = t + (int) Math.max(0, keyLen);
+    // The Attempt copies its body: a text body goes through the thread's reusable array.
     byte[] body =
-        bodyLen == -2 ? (byte[]) objs[oo + O_BODY] : Arrays.copyOfRange(text, b, b + (int) bodyLen);
+        bodyLen == -2 ? (byte[]) objs[oo + O_BODY] : scratch().body(text, b, (int) bodyLen);
     return new Attempt(
         id,
         kind,
