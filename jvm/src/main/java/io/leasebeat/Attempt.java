@@ -1,6 +1,5 @@
 package io.leasebeat;
 
-import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.Objects;
 import java.util.OptionalLong;
@@ -12,33 +11,30 @@ import java.util.OptionalLong;
  * /v1/reservations/{id}/extend} ({@link AttemptKind#EXTEND}) with the header {@code
  * X-Idempotency-Key} equal to {@link #key()}.
  *
- * <p>A final class with exactly the members a record of its components would have (the canonical
- * constructor, one accessor per component, {@code equals}, {@code hashCode}, {@code toString}),
- * but not a {@code record}: a heartbeat's attempt keeps one copy of the key and body bytes the
- * core returned and builds the key {@code String} on first use, which a record's final
- * components could not.
+ * @param id identifies this attempt in {@link Heartbeat#handleSent}, {@link
+ *     Heartbeat#handleResponse} and {@link Heartbeat#handleFailure}; 1 for the first attempt
+ * @param kind create or extend
+ * @param due when to send it, in nanoseconds since the heartbeat's origin ({@link Num#INF}: never)
+ * @param key the idempotency key (header and body)
+ * @param keyIndex 1 for the first key of the lease, 2 for the next new one, ...
+ * @param keyUse whether the key is new or the previous attempt's
+ * @param body the exact JSON request body; byte-identical on a same-key retry
+ * @param sentNanoTime the {@link System#nanoTime()} value reported by {@link Heartbeat#handleSent},
+ *     empty until then
+ * @param zeroWindowRetry true for the single immediate retry a zero retry window allows (HB-27)
+ * @param originNanos the {@link System#nanoTime()} value of the heartbeat's time 0
  */
-public final class Attempt {
-  private final long id;
-  private final AttemptKind kind;
-  private final Num due;
-  private final long keyIndex;
-  private final KeyUse keyUse;
-  private final OptionalLong sentNanoTime;
-  private final boolean zeroWindowRetry;
-  private final long originNanos;
-
-  /**
-   * The key's UTF-8 bytes ({@link #keyLen}) then the body (a heartbeat's attempt: one copy of
-   * what the core returned), or the body alone ({@link #keyLen} 0, the public constructor).
-   * Never exposed: {@link #body()} returns a copy.
-   */
-  private final byte[] bytes;
-
-  private final int keyLen;
-
-  /** The key; for a heartbeat's attempt built from {@link #bytes} on first use (racy, idempotent). */
-  private String key;
+public record Attempt(
+    long id,
+    AttemptKind kind,
+    Num due,
+    String key,
+    long keyIndex,
+    KeyUse keyUse,
+    byte[] body,
+    OptionalLong sentNanoTime,
+    boolean zeroWindowRetry,
+    long originNanos) {
 
   /**
    * Checks for nulls and copies the body.
@@ -54,168 +50,23 @@ public final class Attempt {
    * @param zeroWindowRetry see {@link #zeroWindowRetry()}
    * @param originNanos see {@link #originNanos()}
    */
-  public Attempt(
-      long id,
-      AttemptKind kind,
-      Num due,
-      String key,
-      long keyIndex,
-      KeyUse keyUse,
-      byte[] body,
-      OptionalLong sentNanoTime,
-      boolean zeroWindowRetry,
-      long originNanos) {
-    this(
-        id,
-        kind,
-        due,
-        Objects.requireNonNull(key, "key"),
-        Objects.requireNonNull(body, "body").clone(),
-        0,
-        keyIndex,
-        keyUse,
-        sentNanoTime,
-        zeroWindowRetry,
-        originNanos);
+  public Attempt {
+    Objects.requireNonNull(kind, "kind");
+    Objects.requireNonNull(due, "due");
+    Objects.requireNonNull(key, "key");
+    Objects.requireNonNull(keyUse, "keyUse");
+    body = Objects.requireNonNull(body, "body").clone();
+    Objects.requireNonNull(sentNanoTime, "sentNanoTime");
   }
 
   /**
-   * A heartbeat's attempt: {@code bytes} (owned from now on) holds the key's {@code keyLen} UTF-8
-   * bytes then the body; {@code key}, if not null, is that key already decoded.
-   */
-  Attempt(
-      long id,
-      AttemptKind kind,
-      Num due,
-      String key,
-      byte[] bytes,
-      int keyLen,
-      long keyIndex,
-      KeyUse keyUse,
-      OptionalLong sentNanoTime,
-      boolean zeroWindowRetry,
-      long originNanos) {
-    this.id = id;
-    this.kind = Objects.requireNonNull(kind, "kind");
-    this.due = Objects.requireNonNull(due, "due");
-    this.key = key;
-    this.bytes = bytes;
-    this.keyLen = keyLen;
-    this.keyIndex = keyIndex;
-    this.keyUse = Objects.requireNonNull(keyUse, "keyUse");
-    this.sentNanoTime = Objects.requireNonNull(sentNanoTime, "sentNanoTime");
-    this.zeroWindowRetry = zeroWindowRetry;
-    this.originNanos = originNanos;
-  }
-
-  /** The same attempt (same key and body) with these other components. */
-  Attempt with(
-      AttemptKind kind,
-      Num due,
-      long keyIndex,
-      KeyUse keyUse,
-      OptionalLong sentNanoTime,
-      boolean zeroWindowRetry) {
-    return new Attempt(
-        id, kind, due, key, bytes, keyLen, keyIndex, keyUse, sentNanoTime, zeroWindowRetry,
-        originNanos);
-  }
-
-  /**
-   * Identifies this attempt in {@link Heartbeat#handleSent}, {@link Heartbeat#handleResponse} and
-   * {@link Heartbeat#handleFailure}; 1 for the first attempt.
-   *
-   * @return the id
-   */
-  public long id() {
-    return id;
-  }
-
-  /**
-   * Create or extend.
-   *
-   * @return the kind
-   */
-  public AttemptKind kind() {
-    return kind;
-  }
-
-  /**
-   * When to send it, in nanoseconds since the heartbeat's origin ({@link Num#INF}: never).
-   *
-   * @return the due time
-   */
-  public Num due() {
-    return due;
-  }
-
-  /**
-   * The idempotency key (header and body).
-   *
-   * @return the key
-   */
-  public String key() {
-    String k = key;
-    if (k == null) {
-      k = new String(bytes, 0, keyLen, StandardCharsets.UTF_8);
-      key = k;
-    }
-    return k;
-  }
-
-  /**
-   * 1 for the first key of the lease, 2 for the next new one, ...
-   *
-   * @return the key index
-   */
-  public long keyIndex() {
-    return keyIndex;
-  }
-
-  /**
-   * Whether the key is new or the previous attempt's.
-   *
-   * @return the key use
-   */
-  public KeyUse keyUse() {
-    return keyUse;
-  }
-
-  /**
-   * The exact JSON request body (a copy); byte-identical on a same-key retry.
+   * The exact request body (a copy).
    *
    * @return the body bytes (UTF-8 JSON)
    */
+  @Override
   public byte[] body() {
-    return Arrays.copyOfRange(bytes, keyLen, bytes.length);
-  }
-
-  /**
-   * The {@link System#nanoTime()} value reported by {@link Heartbeat#handleSent}, empty until
-   * then.
-   *
-   * @return the send time
-   */
-  public OptionalLong sentNanoTime() {
-    return sentNanoTime;
-  }
-
-  /**
-   * True for the single immediate retry a zero retry window allows (HB-27).
-   *
-   * @return whether the zero-window retry
-   */
-  public boolean zeroWindowRetry() {
-    return zeroWindowRetry;
-  }
-
-  /**
-   * The {@link System#nanoTime()} value of the heartbeat's time 0.
-   *
-   * @return the origin
-   */
-  public long originNanos() {
-    return originNanos;
+    return body.clone();
   }
 
   /**
@@ -254,10 +105,10 @@ public final class Attempt {
     return id == a.id
         && kind == a.kind
         && due.equals(a.due)
-        && key().equals(a.key())
+        && key.equals(a.key)
         && keyIndex == a.keyIndex
         && keyUse == a.keyUse
-        && Arrays.equals(bytes, keyLen, bytes.length, a.bytes, a.keyLen, a.bytes.length)
+        && Arrays.equals(body, a.body)
         && sentNanoTime.equals(a.sentNanoTime)
         && zeroWindowRetry == a.zeroWindowRetry
         && originNanos == a.originNanos;
@@ -270,8 +121,7 @@ public final class Attempt {
    */
   @Override
   public int hashCode() {
-    return Objects.hash(
-        id, kind, due, key(), keyIndex, keyUse, Arrays.hashCode(body()), sentNanoTime);
+    return Objects.hash(id, kind, due, key, keyIndex, keyUse, Arrays.hashCode(body), sentNanoTime);
   }
 
   /**
@@ -281,10 +131,9 @@ public final class Attempt {
    */
   @Override
   public String toString() {
-    return "Attempt[id=" + id + ", kind=" + kind + ", due=" + due + ", key=" + key()
+    return "Attempt[id=" + id + ", kind=" + kind + ", due=" + due + ", key=" + key
         + ", keyIndex=" + keyIndex + ", keyUse=" + keyUse + ", body="
-        + new String(bytes, keyLen, bytes.length - keyLen, StandardCharsets.UTF_8)
-        + ", sentNanoTime="
+        + new String(body, java.nio.charset.StandardCharsets.UTF_8) + ", sentNanoTime="
         + sentNanoTime + ", zeroWindowRetry=" + zeroWindowRetry + "]";
   }
 }

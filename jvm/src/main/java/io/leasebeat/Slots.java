@@ -144,6 +144,15 @@ final class Slots {
       }
     }
 
+    /** The last body length's array, reused (never kept: {@link Attempt} copies its body). */
+    private byte[] body = new byte[0];
+
+    byte[] body(byte[] from, int off, int len) {
+      byte[] b = body.length == len ? body : (body = new byte[len]);
+      System.arraycopy(from, off, b, 0, len);
+      return b;
+    }
+
     void clear() {
       Arrays.fill(objs, null);
     }
@@ -486,22 +495,15 @@ final class Slots {
           && known.zeroWindowRetry() == zeroWindow) {
         return known;
       }
-      return known.with(kind, due, keyIndex, keyUse, sent, zeroWindow);
+      return new Attempt(
+          id, kind, due, known.key(), keyIndex, keyUse, known.body(), sent, zeroWindow, origin);
     }
     long keyLen = s[o + A_KEY_LEN];
     long bodyLen = s[o + A_BODY_LEN];
-    if (keyLen >= 0 && bodyLen >= 0) {
-      // The usual case: key and body in the text buffer, copied once; the key String is built
-      // on first use.
-      byte[] bytes = Arrays.copyOfRange(text, t, t + (int) (keyLen + bodyLen));
-      return new Attempt(
-          id, kind, due, null, bytes, (int) keyLen, keyIndex, keyUse, sent, zeroWindow, origin);
-    }
     int b = t + (int) Math.max(0, keyLen);
+    // The Attempt copies its body: a text body goes through the thread's reusable array.
     byte[] body =
-        bodyLen == -2
-            ? (byte[]) objs[oo + O_BODY]
-            : Arrays.copyOfRange(text, b, b + (int) bodyLen);
+        bodyLen == -2 ? (byte[]) objs[oo + O_BODY] : scratch().body(text, b, (int) bodyLen);
     return new Attempt(
         id,
         kind,
