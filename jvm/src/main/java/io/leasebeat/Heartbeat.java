@@ -550,6 +550,10 @@ public final class Heartbeat implements AutoCloseable {
       int t,
       Known k,
       Slots.Text rid) {
+    // The remembered action is read (a chase through Action, Optional and Attempt, cold on a
+    // heartbeat untouched for a while) only when it can be reused: same attempt id, or a stop.
+    boolean stop = slots[o + Slots.A_TAG] == 2;
+    boolean same = k != null && (stop || k.id == slots[o + Slots.A_ID]);
     Action a =
         Slots.action(
             slots,
@@ -558,8 +562,8 @@ public final class Heartbeat implements AutoCloseable {
             oo,
             text,
             t,
-            k == null ? null : k.attempt(),
-            k == null ? null : k.action,
+            same && !stop ? k.attempt() : null,
+            same ? k.action : null,
             origin);
     known = new Known(m, a, rid);
     return a;
