@@ -322,6 +322,18 @@ const ADOPT_HANDLE: usize = DECIDED_LEN;
 /// Java allocates, `Slots.TEXT_LEN`); more goes as objects.
 const TEXT_CAP: usize = 512;
 
+/// The per-thread native buffer of the raw hot calls (`Slots.Scratch.buf`, a
+/// direct `ByteBuffer` of [`BUF_LEN`] bytes whose address Java passes as a
+/// `long`): the result slots (native-endian `i64`s) from byte 0, the text
+/// from [`BUF_TEXT`], the input body from [`BUF_IN`] (at most [`BUF_IN_CAP`]
+/// bytes; a longer body comes as a `byte[]`). Reading and writing it takes
+/// no JNI call. Mirrored in `Slots.java`.
+const BUF_TEXT: usize = 512;
+const BUF_IN: usize = BUF_TEXT + TEXT_CAP;
+const BUF_IN_CAP: usize = 3072;
+const BUF_LEN: usize = BUF_IN + BUF_IN_CAP;
+const _: () = assert!(DECIDED_LEN * 8 <= BUF_TEXT);
+
 /// Why a call produced no result.
 enum Fail {
     Core(leasebeat::Error),
@@ -470,19 +482,8 @@ fn finish(
 ) -> jni::errors::Result<jint> {
     match r {
         Ok((used, out)) => {
-            match out.set_objects(env, objs) {
-                Ok(()) => {}
-                Err(Fail::Jni(e)) => return Err(e),
-                Err(Fail::Core(e)) => {
-                    return finish_error(
-                        env,
-                        objs,
-                        ERROR,
-                        Some(java_code(e.kind())),
-                        e.message().to_owned(),
-                    );
-                }
-                Err(Fail::Pending) => return Err(jni::errors::Error::JavaException),
+            if let Err(e) = out.set_objects(env, objs) {
+                return finish_fail(env, objs, e);
             }
             if used > 0 {
                 slots.set_region(env, 0, &out.slots[..used])?;
@@ -492,9 +493,18 @@ fn finish(
             }
             Ok(0)
         }
-        Err(None) | Err(Some(Fail::Pending)) => Err(jni::errors::Error::JavaException),
-        Err(Some(Fail::Jni(e))) => Err(e),
-        Err(Some(Fail::Core(e))) => finish_error(
+        Err(None) => Err(jni::errors::Error::JavaException),
+        Err(Some(e)) => finish_fail(env, objs, e),
+    }
+}
+
+/// A failure's status: a core error's code and message, or a Java exception
+/// (pending, or raised for a JNI failure).
+fn finish_fail(env: &mut Env<'_>, objs: &JObjectArray<'_>, e: Fail) -> jni::errors::Result<jint> {
+    match e {
+        Fail::Pending => Err(jni::errors::Error::JavaException),
+        Fail::Jni(e) => Err(e),
+        Fail::Core(e) => finish_error(
             env,
             objs,
             ERROR,
@@ -575,102 +585,126 @@ impl Raw {
         Ok(Some(v))
     }
 
-    /// Writes the result: the slots, then the text. A Java exception (a
-    /// too-short array) is left pending.
-    fn write(
-        self,
-        slots: jni::sys::jlongArray,
-        text: jni::sys::jbyteArray,
-        out: &Out,
-        used: usize,
-    ) -> Result<(), Fail> {
-        let iface = self.iface();
-        if used > 0 {
-            // SAFETY: the JVM reads `used` elements from the slice (bounds
-            // checked against the array: an exception instead, checked below).
-            unsafe {
-                (iface.v1_1.SetLongArrayRegion)(self.0, slots, 0, used as i32, out.slots.as_ptr());
-            }
+    /// The address of a direct buffer of exactly [`BUF_LEN`] bytes; 0 for
+    /// anything else.
+    fn direct_buffer(self, buf: jni::sys::jobject) -> jlong {
+        if buf.is_null() {
+            return 0;
         }
-        if out.text_len > 0 {
-            if self.pending() {
-                return Err(Fail::Pending);
-            }
-            // SAFETY: as above, for the text bytes (at most the array's
-            // length, checked in `len`).
-            unsafe {
-                (iface.v1_1.SetByteArrayRegion)(
-                    self.0,
-                    text,
-                    0,
-                    out.text_len as i32,
-                    out.text.as_ptr(),
-                );
-            }
+        let iface = self.iface();
+        // SAFETY: `buf` is a live non-null local reference (declared a
+        // ByteBuffer); both functions return -1 / null for a buffer that is
+        // not direct.
+        let (cap, p) = unsafe {
+            (
+                (iface.v1_4.GetDirectBufferCapacity)(self.0, buf),
+                (iface.v1_4.GetDirectBufferAddress)(self.0, buf),
+            )
+        };
+        if cap != BUF_LEN as jlong || p.is_null() {
+            return 0;
+        }
+        p as usize as jlong
+    }
+
+    /// `body` when it is an array (`len` < 0), else the first `len` bytes of
+    /// the buffer's input area, copied once.
+    fn body(
+        self,
+        buf: Buf,
+        body: jni::sys::jbyteArray,
+        len: jint,
+    ) -> Result<Option<Vec<u8>>, Fail> {
+        match usize::try_from(len) {
+            Err(_) => self.bytes(body),
+            Ok(n) if n <= BUF_IN_CAP => Ok(Some(buf.input(n)?.to_vec())),
+            Ok(_) => Err(arg_fail("body length beyond the input buffer")),
+        }
+    }
+}
+
+/// The address of the calling thread's native buffer ([`BUF_LEN`] bytes).
+#[derive(Clone, Copy)]
+struct Buf(jlong);
+
+impl Buf {
+    fn ptr(self) -> Result<*mut u8, Fail> {
+        if self.0 == 0 {
+            return Err(arg_fail("null native buffer"));
+        }
+        Ok(self.0 as usize as *mut u8)
+    }
+
+    /// The first `n` bytes (at most [`BUF_IN_CAP`]) of the input area.
+    fn input<'b>(self, n: usize) -> Result<&'b [u8], Fail> {
+        let p = self.ptr()?;
+        // SAFETY: a non-zero address is that of the calling thread's direct
+        // ByteBuffer of BUF_LEN bytes (Slots.Scratch), which the Java caller
+        // keeps reachable during the call and which no other thread uses;
+        // BUF_IN + n <= BUF_LEN. The slice is dropped before the call returns.
+        Ok(unsafe { std::slice::from_raw_parts(p.add(BUF_IN), n) })
+    }
+
+    /// Writes the result: `used` slots from byte 0, the text from [`BUF_TEXT`].
+    fn write(self, out: &Out, used: usize) -> Result<(), Fail> {
+        if used == 0 && out.text_len == 0 {
+            return Ok(());
+        }
+        let p = self.ptr()?;
+        assert!(used * 8 <= BUF_TEXT && out.text_len <= TEXT_CAP);
+        // SAFETY: as in `input`: the buffer holds BUF_LEN bytes, the slots end
+        // before BUF_TEXT and the text (at most TEXT_CAP bytes) before BUF_IN
+        // (asserted above); nothing else reads or writes it during the call.
+        unsafe {
+            std::ptr::copy_nonoverlapping(out.slots.as_ptr().cast::<u8>(), p, used * 8);
+            std::ptr::copy_nonoverlapping(
+                out.text.as_ptr().cast::<u8>(),
+                p.add(BUF_TEXT),
+                out.text_len,
+            );
         }
         Ok(())
     }
 }
 
 /// Runs one hot entry point on the raw environment ([`Raw`]): `f` fills
-/// `out.slots` (of which the first `used` go to Java). Returns the status
-/// (see the module documentation); errors, panics and objects take the jni
-/// crate's path. Nothing unwinds out.
-fn hot_raw<F>(
-    env: *mut jni::sys::JNIEnv,
-    slots: jni::sys::jlongArray,
-    objs: jni::sys::jobjectArray,
-    text: jni::sys::jbyteArray,
-    f: F,
-) -> jint
+/// `out.slots` (of which the first `used` go to Java, in the thread's native
+/// buffer [`Buf`], with the text). Returns the status (see the module
+/// documentation); errors, panics and objects take the jni crate's path.
+/// Nothing unwinds out.
+fn hot_raw<F>(env: *mut jni::sys::JNIEnv, buf: Buf, objs: jni::sys::jobjectArray, f: F) -> jint
 where
     F: FnOnce(Raw, &mut Out) -> Result<usize, Fail>,
 {
     let raw = Raw(env);
-    // `None`: written, the fast path; `Some`: objects to create first.
-    let r = catch_unwind(AssertUnwindSafe(
-        || -> Result<Option<(usize, Out)>, Fail> {
-            let text_cap = if text.is_null() { 0 } else { raw.len(text)? };
-            let mut out = Out::new(text_cap);
-            let used = f(raw, &mut out)?;
-            if out.objects.is_empty() {
-                raw.write(slots, text, &out, used)?;
-                return Ok(None);
-            }
-            Ok(Some((used, out)))
-        },
-    ));
+    let r = catch_unwind(AssertUnwindSafe(|| -> Result<Out, Fail> {
+        let mut out = Out::new(TEXT_CAP);
+        let used = f(raw, &mut out)?;
+        buf.write(&out, used)?;
+        Ok(out)
+    }));
     let r = match r {
-        Ok(Ok(None)) | Ok(Err(Fail::Pending)) => return 0,
-        Ok(Ok(Some(objects))) => Ok(objects),
-        Ok(Err(e)) => Err(Some(e)),
-        Err(payload) => {
-            let message = panic_message(payload);
-            // SAFETY: the JVM's JNIEnv pointer of this call (see `Raw`).
-            let mut unowned = unsafe { EnvUnowned::from_raw(env) };
-            return unowned
-                .with_env(|env| {
-                    // SAFETY: the caller's local reference to an Object[].
-                    let objs =
-                        unsafe { JObjectArray::<jni::objects::JObject>::from_raw(env, objs) };
-                    finish_error(env, &objs, PANIC, None, message)
-                })
-                .resolve::<ThrowRuntimeExAndDefault>();
-        }
+        Ok(Ok(out)) if out.objects.is_empty() => return 0,
+        Ok(Err(Fail::Pending)) => return 0,
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(e)) => Err(Ok(e)),
+        Err(payload) => Err(Err(panic_message(payload))),
     };
     // SAFETY: the JVM's JNIEnv pointer of this call (see `Raw`).
     let mut unowned = unsafe { EnvUnowned::from_raw(env) };
     unowned
         .with_env(|env| {
-            // SAFETY: the caller's local references to these arrays.
-            let (slots, objs, text) = unsafe {
-                (
-                    JLongArray::from_raw(env, slots),
-                    JObjectArray::<jni::objects::JObject>::from_raw(env, objs),
-                    JByteArray::from_raw(env, text),
-                )
+            // SAFETY: the caller's local reference to an Object[].
+            let objs = unsafe { JObjectArray::<jni::objects::JObject>::from_raw(env, objs) };
+            let fail = match r {
+                Ok(out) => match out.set_objects(env, &objs) {
+                    Ok(()) => return Ok(0),
+                    Err(e) => e,
+                },
+                Err(Ok(e)) => e,
+                Err(Err(message)) => return finish_error(env, &objs, PANIC, None, message),
             };
-            finish(env, r, &slots, &objs, &text)
+            finish_fail(env, &objs, fail)
         })
         .resolve::<ThrowRuntimeExAndDefault>()
 }
@@ -1180,8 +1214,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeSent(
     now_ns: jlong,
     objs: jni::sys::jobjectArray,
 ) -> jint {
-    let none = std::ptr::null_mut();
-    hot_raw(env, none, objs, none, |_, _| {
+    hot_raw(env, Buf(0), objs, |_, _| {
         with_hb(handle, |hb| {
             hb.handle_sent(u64_of(attempt_id), u64_of(now_ns))?;
             Ok(0)
@@ -1222,9 +1255,11 @@ fn put_decided(
 }
 
 /// `static native int nativeResponse(long handle, long attemptId, int
-/// status, byte[] headers, byte[] body, boolean timingUnknown, long nowNs,
-/// long knownAttemptId, long[] slots, Object[] objs, byte[] text)`: headers null = none.
-/// Result: the decision and the action ([`DECIDED_LEN`]).
+/// status, byte[] headers, byte[] body, int bodyLen, boolean timingUnknown,
+/// long nowNs, long knownAttemptId, long buf, Object[] objs)`: headers null =
+/// none; the body is `body` when `bodyLen` < 0, else the first `bodyLen`
+/// bytes of the input area of the thread's native buffer `buf` ([`Buf`]).
+/// Result: the decision and the action ([`DECIDED_LEN`]) in `buf`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse(
@@ -1235,18 +1270,19 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse(
     status: jint,
     headers: jni::sys::jbyteArray,
     body: jni::sys::jbyteArray,
+    body_len: jint,
     timing_unknown: jboolean,
     now_ns: jlong,
     known_attempt_id: jlong,
-    slots: jni::sys::jlongArray,
+    buf: jlong,
     objs: jni::sys::jobjectArray,
-    text: jni::sys::jbyteArray,
 ) -> jint {
-    hot_raw(env, slots, objs, text, |raw, out| {
+    let buf = Buf(buf);
+    hot_raw(env, buf, objs, |raw, out| {
         let response = response_of(
             status,
             raw.bytes(headers)?,
-            raw.bytes(body)?,
+            raw.body(buf, body, body_len)?,
             timing_unknown,
         )?;
         decide(out, handle, known_attempt_id, |hb| {
@@ -1256,7 +1292,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse(
 }
 
 /// `static native int nativeFailure(long handle, long attemptId, int
-/// failure, long nowNs, long knownAttemptId, long[] slots, Object[] objs, byte[] text)`:
+/// failure, long nowNs, long knownAttemptId, long buf, Object[] objs)`:
 /// failure 0 = timeout, 1 = connect, 2 = reset. Result as `nativeResponse`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
@@ -1268,11 +1304,10 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure(
     failure: jint,
     now_ns: jlong,
     known_attempt_id: jlong,
-    slots: jni::sys::jlongArray,
+    buf: jlong,
     objs: jni::sys::jobjectArray,
-    text: jni::sys::jbyteArray,
 ) -> jint {
-    hot_raw(env, slots, objs, text, |_, out| {
+    hot_raw(env, Buf(buf), objs, |_, out| {
         let failure = parse_failure(failure)?;
         decide(out, handle, known_attempt_id, |hb| {
             hb.handle_failure(u64_of(attempt_id), failure, u64_of(now_ns))
@@ -1281,7 +1316,7 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFailure(
 }
 
 /// `static native int nativeCancel(long handle, long nowNs, long
-/// knownAttemptId, long[] slots, Object[] objs, byte[] text)`. Result as `nativeResponse`.
+/// knownAttemptId, long buf, Object[] objs)`. Result as `nativeResponse`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel(
     env: *mut jni::sys::JNIEnv,
@@ -1289,11 +1324,10 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel(
     handle: jlong,
     now_ns: jlong,
     known_attempt_id: jlong,
-    slots: jni::sys::jlongArray,
+    buf: jlong,
     objs: jni::sys::jobjectArray,
-    text: jni::sys::jbyteArray,
 ) -> jint {
-    hot_raw(env, slots, objs, text, |_, out| {
+    hot_raw(env, Buf(buf), objs, |_, out| {
         decide(out, handle, known_attempt_id, |hb| {
             hb.cancel(u64_of(now_ns))
         })
@@ -1302,25 +1336,36 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeCancel(
 
 // ----- entry points: polls -----
 
-/// `static native int nativePoll(long handle, long knownAttemptId, long[]
-/// slots, Object[] objs, byte[] text)`: the action ([`act`]); the key and body only for an
-/// attempt other than `knownAttemptId`.
+/// `static native int nativePoll(long handle, long knownAttemptId, long buf,
+/// Object[] objs)`: the action ([`act`]) in `buf`; the key and body only for
+/// an attempt other than `knownAttemptId`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativePoll(
     env: *mut jni::sys::JNIEnv,
     _class: jni::sys::jclass,
     handle: jlong,
     known_attempt_id: jlong,
-    slots: jni::sys::jlongArray,
+    buf: jlong,
     objs: jni::sys::jobjectArray,
-    text: jni::sys::jbyteArray,
 ) -> jint {
-    hot_raw(env, slots, objs, text, |_, out| {
+    hot_raw(env, Buf(buf), objs, |_, out| {
         with_hb(handle, |hb| {
             put_action(out, 0, 0, hb.poll_action(), u64_of(known_attempt_id))?;
             Ok(act::LEN)
         })
     })
+}
+
+/// `static native long nativeBufferAddress(java.nio.ByteBuffer buf)`: the
+/// address of a direct buffer of exactly [`BUF_LEN`] bytes, for the hot
+/// calls' `buf` argument ([`Buf`]); 0 for anything else.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBufferAddress(
+    env: *mut jni::sys::JNIEnv,
+    _class: jni::sys::jclass,
+    buf: jni::sys::jobject,
+) -> jlong {
+    Raw(env).direct_buffer(buf)
 }
 
 /// `static native int nativeState(long handle, long knownAttemptId, long[]

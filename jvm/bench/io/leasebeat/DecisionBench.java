@@ -143,39 +143,38 @@ final class DecisionBench {
       handles[i] = hf.getLong(hbs[i]);
     }
     byte[] body = EXTEND_OK.rawBody();
+    Slots.Scratch sc = Slots.scratch();
     if (GC) {
       System.gc();
     }
-    long[][] slots = new long[n][];
-    Object[][] objs = new Object[n][];
-    byte[][] texts = new byte[n][];
+    Object[] objs = sc.objs;
     long t0 = now();
     for (int i = 0; i < n; i++) {
-      slots[i] = new long[Slots.DECIDED_LEN];
-      objs[i] = new Object[Slots.DECIDED_OBJS];
-      texts[i] = new byte[Slots.TEXT_LEN];
+      int len = sc.putBody(body);
       NativeBridge.nativeResponse(
-          handles[i], ids[i], 200, null, body, false, 38_600 * MS, ids[i], slots[i], objs[i],
-          texts[i]);
+          handles[i], ids[i], 200, null, null, len, false, 38_600 * MS, ids[i], sc.addr, objs);
     }
     long t1 = now();
     Object last = null;
     for (int i = 0; i < n; i++) {
-      last = Slots.decision(slots[i], 0, objs[i], 0, texts[i], 0, 0);
+      // What Heartbeat.decide does after the call: copy the result out and decode it.
+      long[] raw = new long[Slots.DEC_LEN];
+      sc.slots(0, raw, Slots.DEC_LEN);
+      sc.slots(Slots.DEC_LEN, sc.act, Slots.ACT_LEN);
+      int t = Slots.decisionText(raw, 0);
+      sc.text(t + Slots.actionText(sc.act, 0));
+      last = Slots.decision(raw, 0, objs, 0, sc.text, 0, 0);
+      last = Slots.action(sc.act, 0, objs, Slots.DECIDED_O_ACTION, sc.text, t, null, null, 0);
     }
     long t2 = now();
-    long[][] ps = new long[n][];
-    Object[][] po = new Object[n][];
-    byte[][] pt = new byte[n][];
     for (int i = 0; i < n; i++) {
-      ps[i] = new long[Slots.ACT_LEN];
-      po[i] = new Object[2];
-      pt[i] = new byte[Slots.TEXT_LEN];
-      NativeBridge.nativePoll(handles[i], 0, ps[i], po[i], pt[i]);
+      NativeBridge.nativePoll(handles[i], 0, sc.addr, objs);
     }
     long t3 = now();
     for (int i = 0; i < n; i++) {
-      last = Slots.action(ps[i], 0, po[i], 0, pt[i], 0, null, null, 0);
+      sc.slots(0, sc.act, Slots.ACT_LEN);
+      sc.text(Slots.actionText(sc.act, 0));
+      last = Slots.action(sc.act, 0, objs, 0, sc.text, 0, null, null, 0);
     }
     long t4 = now();
     for (int i = 0; i < n; i++) {
@@ -183,29 +182,12 @@ final class DecisionBench {
     }
     long t5 = now();
     sink = last;
+    sc.clear();
     for (Heartbeat hb : hbs) {
       hb.close();
     }
-    // The same native call with the result arrays reused (no allocation in the loop).
-    for (int i = 0; i < n; i++) {
-      hbs[i] = inFlight(ids, i);
-      handles[i] = hf.getLong(hbs[i]);
-    }
-    if (GC) {
-      System.gc();
-    }
-    long[] s1 = new long[Slots.DECIDED_LEN];
-    Object[] o1 = new Object[Slots.DECIDED_OBJS];
-    byte[] x1 = new byte[Slots.TEXT_LEN];
-    long t6 = now();
-    for (int i = 0; i < n; i++) {
-      NativeBridge.nativeResponse(
-          handles[i], ids[i], 200, null, body, false, 38_600 * MS, ids[i], s1, o1, x1);
-    }
-    long t7 = now();
-    for (Heartbeat hb : hbs) {
-      hb.close();
-    }
+    long t6 = 0;
+    long t7 = 0;
     // The core in one Rust loop, on heartbeats made through the Java API.
     for (int i = 0; i < n; i++) {
       hbs[i] = inFlight(ids, i);
@@ -241,10 +223,11 @@ final class DecisionBench {
   public static void main(String[] args) throws ReflectiveOperationException {
     if (Boolean.getBoolean("bench.splits")) {
       String[] names = {
-        "nativeResponse (JNI + core + decision and action slots)", "Slots.decision (Java decode)",
-        "nativePoll (JNI + core + key/body)", "Slots.action (Java decode)",
+        "nativeResponse (JNI + core + decision and action slots)",
+        "copy out + Slots.decision + Slots.action (Java decode)",
+        "nativePoll (JNI + core + key/body)", "copy out + Slots.action (Java decode)",
         "nativeSent failing NOT_OUTSTANDING (JNI + error path)",
-        "nativeResponse, result arrays reused",
+        "(unused)",
         "rust loop on heartbeats made through Java (no JNI per op)"
       };
       for (int w = 0; w < 150; w++) {

@@ -16,28 +16,86 @@ import java.util.OptionalLong;
  *
  * <p>A final class with exactly the members a record of its components would have (the canonical
  * constructor, one accessor per component, {@code equals}, {@code hashCode}, {@code toString}),
- * but not a {@code record}: the heartbeat's decisions write their JSON only when {@link #toJson()}
- * is first called, which a record's final component could not.
+ * but not a {@code record}: a heartbeat's decisions keep the core's primitive slots and build their
+ * components on first access, and write their JSON only when {@link #toJson()} is first called,
+ * which a record's final components could not.
  */
 public final class Decision {
-  private final Optional<String> reservationId;
-  private final Optional<AttemptKind> send;
-  private final Optional<StopReason> stopReason;
-  private final Optional<Num> at;
-  private final Optional<KeyUse> key;
-  private final OptionalLong keyIndex;
-  private final Optional<Mode> mode;
-  private final Numbers numbers;
-  private final List<Warning> warnings;
-  private final OutcomeClass outcome;
-  private final Optional<String> detail;
-  private final Optional<Num> provenUntil;
-  private final OptionalLong expiresAtMs;
-  private final OptionalLong remainingTtlMs;
+  /** The components, decoded from {@link #raw} on first access for a heartbeat's decisions. */
+  static final class Parts {
+    final Optional<String> reservationId;
+    final Optional<AttemptKind> send;
+    final Optional<StopReason> stopReason;
+    final Optional<Num> at;
+    final Optional<KeyUse> key;
+    final OptionalLong keyIndex;
+    final Optional<Mode> mode;
+    final Numbers numbers;
+    final List<Warning> warnings;
+    final OutcomeClass outcome;
+    final Optional<String> detail;
+    final Optional<Num> provenUntil;
+    final OptionalLong expiresAtMs;
+    final OptionalLong remainingTtlMs;
+
+    Parts(
+        Optional<String> reservationId,
+        Optional<AttemptKind> send,
+        Optional<StopReason> stopReason,
+        Optional<Num> at,
+        Optional<KeyUse> key,
+        OptionalLong keyIndex,
+        Optional<Mode> mode,
+        Numbers numbers,
+        List<Warning> warnings,
+        OutcomeClass outcome,
+        Optional<String> detail,
+        Optional<Num> provenUntil,
+        OptionalLong expiresAtMs,
+        OptionalLong remainingTtlMs) {
+      this.reservationId = Objects.requireNonNull(reservationId, "reservationId");
+      this.send = Objects.requireNonNull(send, "send");
+      this.stopReason = Objects.requireNonNull(stopReason, "stopReason");
+      this.at = Objects.requireNonNull(at, "at");
+      this.key = Objects.requireNonNull(key, "key");
+      this.keyIndex = Objects.requireNonNull(keyIndex, "keyIndex");
+      this.mode = Objects.requireNonNull(mode, "mode");
+      this.numbers = Objects.requireNonNull(numbers, "numbers");
+      this.warnings = List.copyOf(warnings);
+      this.outcome = Objects.requireNonNull(outcome, "outcome");
+      this.detail = Objects.requireNonNull(detail, "detail");
+      this.provenUntil = Objects.requireNonNull(provenUntil, "provenUntil");
+      this.expiresAtMs = Objects.requireNonNull(expiresAtMs, "expiresAtMs");
+      this.remainingTtlMs = Objects.requireNonNull(remainingTtlMs, "remainingTtlMs");
+      if (provenUntil.isPresent()
+          && (provenUntil.get().signum() < 0 || provenUntil.get().equals(Num.NEG_INF))) {
+        throw new IllegalArgumentException("provenUntil must not be negative");
+      }
+      if (send.isPresent() == stopReason.isPresent()) {
+        throw new IllegalArgumentException("exactly one of send and stopReason must be present");
+      }
+    }
+  }
+
   private final long originNanos;
 
-  /** The native slots this decision was decoded from (null when built from a JSON text). */
+  /**
+   * The native slots this decision was decoded from ({@code Slots.DEC_LEN} from offset 0; null
+   * when built from components): the components are decoded from them on first access, and the
+   * JSON is written from them on first {@link #toJson()}.
+   */
   private final long[] raw;
+
+  /** The reservation id and detail texts of a native decision (null: absent). */
+  private final String rawReservationId;
+
+  private final String rawDetail;
+
+  /**
+   * The components: set by the public constructor, else decoded from {@link #raw} on first use (a
+   * racy but idempotent cache: {@link Parts} has only final fields, so it is safely published).
+   */
+  private Parts parts;
 
   /** The JSON text; written from {@link #raw} on first use (a racy but idempotent cache). */
   private String json;
@@ -79,55 +137,36 @@ public final class Decision {
       OptionalLong remainingTtlMs,
       long originNanos,
       String json) {
-    this(
-        reservationId, send, stopReason, at, key, keyIndex, mode, numbers, warnings, outcome,
-        detail, provenUntil, expiresAtMs, remainingTtlMs, originNanos, null,
-        Objects.requireNonNull(json, "json"));
+    this.parts =
+        new Parts(
+            reservationId, send, stopReason, at, key, keyIndex, mode, numbers, warnings, outcome,
+            detail, provenUntil, expiresAtMs, remainingTtlMs);
+    this.originNanos = originNanos;
+    this.raw = null;
+    this.rawReservationId = null;
+    this.rawDetail = null;
+    this.json = Objects.requireNonNull(json, "json");
   }
 
-  /** A decision decoded from native slots: its JSON is written by the core on demand. */
-  Decision(
-      Optional<String> reservationId,
-      Optional<AttemptKind> send,
-      Optional<StopReason> stopReason,
-      Optional<Num> at,
-      Optional<KeyUse> key,
-      OptionalLong keyIndex,
-      Optional<Mode> mode,
-      Numbers numbers,
-      List<Warning> warnings,
-      OutcomeClass outcome,
-      Optional<String> detail,
-      Optional<Num> provenUntil,
-      OptionalLong expiresAtMs,
-      OptionalLong remainingTtlMs,
-      long originNanos,
-      long[] raw,
-      String json) {
-    this.reservationId = Objects.requireNonNull(reservationId, "reservationId");
-    this.send = Objects.requireNonNull(send, "send");
-    this.stopReason = Objects.requireNonNull(stopReason, "stopReason");
-    this.at = Objects.requireNonNull(at, "at");
-    this.key = Objects.requireNonNull(key, "key");
-    this.keyIndex = Objects.requireNonNull(keyIndex, "keyIndex");
-    this.mode = Objects.requireNonNull(mode, "mode");
-    this.numbers = Objects.requireNonNull(numbers, "numbers");
-    this.warnings = List.copyOf(warnings);
-    this.outcome = Objects.requireNonNull(outcome, "outcome");
-    this.detail = Objects.requireNonNull(detail, "detail");
-    this.provenUntil = Objects.requireNonNull(provenUntil, "provenUntil");
-    this.expiresAtMs = Objects.requireNonNull(expiresAtMs, "expiresAtMs");
-    this.remainingTtlMs = Objects.requireNonNull(remainingTtlMs, "remainingTtlMs");
-    if (provenUntil.isPresent()
-        && (provenUntil.get().signum() < 0 || provenUntil.get().equals(Num.NEG_INF))) {
-      throw new IllegalArgumentException("provenUntil must not be negative");
-    }
-    if (send.isPresent() == stopReason.isPresent()) {
-      throw new IllegalArgumentException("exactly one of send and stopReason must be present");
-    }
-    this.originNanos = originNanos;
+  /**
+   * A decision of the core, kept as its native slots ({@code raw}, {@code Slots.DEC_LEN} from
+   * offset 0, owned by this decision from now on): components decoded on first access, JSON
+   * written by the core on demand.
+   */
+  Decision(long[] raw, String reservationId, String detail, long originNanos) {
     this.raw = raw;
-    this.json = json;
+    this.rawReservationId = reservationId;
+    this.rawDetail = detail;
+    this.originNanos = originNanos;
+  }
+
+  private Parts p() {
+    Parts x = parts;
+    if (x == null) {
+      x = Slots.parts(raw, rawReservationId, rawDetail);
+      parts = x;
+    }
+    return x;
   }
 
   /**
@@ -136,7 +175,7 @@ public final class Decision {
    * @return the reservation id
    */
   public Optional<String> reservationId() {
-    return reservationId;
+    return p().reservationId;
   }
 
   /**
@@ -145,7 +184,7 @@ public final class Decision {
    * @return the kind
    */
   public Optional<AttemptKind> send() {
-    return send;
+    return p().send;
   }
 
   /**
@@ -154,7 +193,7 @@ public final class Decision {
    * @return the reason
    */
   public Optional<StopReason> stopReason() {
-    return stopReason;
+    return p().stopReason;
   }
 
   /**
@@ -164,7 +203,7 @@ public final class Decision {
    * @return the due time
    */
   public Optional<Num> at() {
-    return at;
+    return p().at;
   }
 
   /**
@@ -173,7 +212,7 @@ public final class Decision {
    * @return the key use
    */
   public Optional<KeyUse> key() {
-    return key;
+    return p().key;
   }
 
   /**
@@ -182,7 +221,7 @@ public final class Decision {
    * @return the key index
    */
   public OptionalLong keyIndex() {
-    return keyIndex;
+    return p().keyIndex;
   }
 
   /**
@@ -191,7 +230,7 @@ public final class Decision {
    * @return the mode
    */
   public Optional<Mode> mode() {
-    return mode;
+    return p().mode;
   }
 
   /**
@@ -200,7 +239,7 @@ public final class Decision {
    * @return the numbers
    */
   public Numbers numbers() {
-    return numbers;
+    return p().numbers;
   }
 
   /**
@@ -209,7 +248,7 @@ public final class Decision {
    * @return an unmodifiable list
    */
   public List<Warning> warnings() {
-    return warnings;
+    return p().warnings;
   }
 
   /**
@@ -218,7 +257,7 @@ public final class Decision {
    * @return the outcome class
    */
   public OutcomeClass outcome() {
-    return outcome;
+    return p().outcome;
   }
 
   /**
@@ -227,7 +266,7 @@ public final class Decision {
    * @return the detail
    */
   public Optional<String> detail() {
-    return detail;
+    return p().detail;
   }
 
   /**
@@ -241,7 +280,7 @@ public final class Decision {
    * @return the instant
    */
   public Optional<Num> provenUntil() {
-    return provenUntil;
+    return p().provenUntil;
   }
 
   /**
@@ -251,7 +290,7 @@ public final class Decision {
    * @return milliseconds since the Unix epoch (server clock)
    */
   public OptionalLong expiresAtMs() {
-    return expiresAtMs;
+    return p().expiresAtMs;
   }
 
   /**
@@ -261,7 +300,7 @@ public final class Decision {
    * @return milliseconds
    */
   public OptionalLong remainingTtlMs() {
-    return remainingTtlMs;
+    return p().remainingTtlMs;
   }
 
   /**
@@ -281,7 +320,7 @@ public final class Decision {
   public String json() {
     String j = json;
     if (j == null) {
-      j = NativeBridge.nativeDecisionJson(raw, reservationId.orElse(null), detail.orElse(null));
+      j = NativeBridge.nativeDecisionJson(raw, rawReservationId, rawDetail);
       json = j;
     }
     return j;
@@ -293,7 +332,7 @@ public final class Decision {
    * @return whether a stop
    */
   public boolean isStop() {
-    return stopReason.isPresent();
+    return raw != null ? raw[Slots.D_NEXT] != 0 : parts.stopReason.isPresent();
   }
 
   /**
@@ -303,7 +342,7 @@ public final class Decision {
    * @return the due time
    */
   public OptionalLong dueNanoTime() {
-    return at.map(a -> Times.nanoTime(originNanos, a)).orElse(OptionalLong.empty());
+    return at().map(a -> Times.nanoTime(originNanos, a)).orElse(OptionalLong.empty());
   }
 
   /**
@@ -314,7 +353,7 @@ public final class Decision {
    * @return the delay in nanoseconds
    */
   public long delayNanos(long nowNanoTime) {
-    return at.map(a -> Times.delay(originNanos, a, nowNanoTime)).orElse(Long.MAX_VALUE);
+    return at().map(a -> Times.delay(originNanos, a, nowNanoTime)).orElse(Long.MAX_VALUE);
   }
 
   /**
@@ -326,7 +365,7 @@ public final class Decision {
    * @return the nanoTime value
    */
   public OptionalLong provenUntilNanoTime() {
-    return provenUntil.map(p -> Times.nanoTime(originNanos, p)).orElse(OptionalLong.empty());
+    return provenUntil().map(p -> Times.nanoTime(originNanos, p)).orElse(OptionalLong.empty());
   }
 
   /**
@@ -337,7 +376,7 @@ public final class Decision {
    * @return whether proven until +infinity
    */
   public boolean provenForever() {
-    return provenUntil.map(Num::isInfinite).orElse(false);
+    return provenUntil().map(Num::isInfinite).orElse(false);
   }
 
   /**
@@ -367,21 +406,23 @@ public final class Decision {
       return false;
     }
     Decision d = (Decision) o;
+    Parts a = p();
+    Parts b = d.p();
     return originNanos == d.originNanos
-        && reservationId.equals(d.reservationId)
-        && send.equals(d.send)
-        && stopReason.equals(d.stopReason)
-        && at.equals(d.at)
-        && key.equals(d.key)
-        && keyIndex.equals(d.keyIndex)
-        && mode.equals(d.mode)
-        && numbers.equals(d.numbers)
-        && warnings.equals(d.warnings)
-        && outcome == d.outcome
-        && detail.equals(d.detail)
-        && provenUntil.equals(d.provenUntil)
-        && expiresAtMs.equals(d.expiresAtMs)
-        && remainingTtlMs.equals(d.remainingTtlMs)
+        && a.reservationId.equals(b.reservationId)
+        && a.send.equals(b.send)
+        && a.stopReason.equals(b.stopReason)
+        && a.at.equals(b.at)
+        && a.key.equals(b.key)
+        && a.keyIndex.equals(b.keyIndex)
+        && a.mode.equals(b.mode)
+        && a.numbers.equals(b.numbers)
+        && a.warnings.equals(b.warnings)
+        && a.outcome == b.outcome
+        && a.detail.equals(b.detail)
+        && a.provenUntil.equals(b.provenUntil)
+        && a.expiresAtMs.equals(b.expiresAtMs)
+        && a.remainingTtlMs.equals(b.remainingTtlMs)
         && json().equals(d.json());
   }
 
@@ -392,9 +433,11 @@ public final class Decision {
    */
   @Override
   public int hashCode() {
+    Parts a = p();
     return Objects.hash(
-        reservationId, send, stopReason, at, key, keyIndex, mode, numbers, warnings, outcome,
-        detail, provenUntil, expiresAtMs, remainingTtlMs, originNanos, json());
+        a.reservationId, a.send, a.stopReason, a.at, a.key, a.keyIndex, a.mode, a.numbers,
+        a.warnings, a.outcome, a.detail, a.provenUntil, a.expiresAtMs, a.remainingTtlMs,
+        originNanos, json());
   }
 
   /**
@@ -404,11 +447,13 @@ public final class Decision {
    */
   @Override
   public String toString() {
-    return "Decision[reservationId=" + reservationId + ", send=" + send + ", stopReason="
-        + stopReason + ", at=" + at + ", key=" + key + ", keyIndex=" + keyIndex + ", mode=" + mode
-        + ", numbers=" + numbers + ", warnings=" + warnings + ", outcome=" + outcome + ", detail="
-        + detail + ", provenUntil=" + provenUntil + ", expiresAtMs=" + expiresAtMs
-        + ", remainingTtlMs=" + remainingTtlMs + ", originNanos=" + originNanos + ", json="
+    Parts a = p();
+    return "Decision[reservationId=" + a.reservationId + ", send=" + a.send + ", stopReason="
+        + a.stopReason + ", at=" + a.at + ", key=" + a.key + ", keyIndex=" + a.keyIndex
+        + ", mode=" + a.mode + ", numbers=" + a.numbers + ", warnings=" + a.warnings
+        + ", outcome=" + a.outcome + ", detail=" + a.detail + ", provenUntil=" + a.provenUntil
+        + ", expiresAtMs=" + a.expiresAtMs + ", remainingTtlMs=" + a.remainingTtlMs
+        + ", originNanos=" + originNanos + ", json="
         + json() + "]";
   }
 }

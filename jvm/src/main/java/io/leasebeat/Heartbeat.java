@@ -9,7 +9,6 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.OptionalLong;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.concurrent.locks.StampedLock;
 
 /**
  * The heartbeat of one Cycles reservation: a sans-IO state machine that decides when to extend the
@@ -38,8 +37,8 @@ import java.util.concurrent.locks.StampedLock;
  * <h2>Threads and closing</h2>
  *
  * All methods may be called from any thread; calls are serialized by the native heartbeat. {@link
- * #close()} is idempotent and waits for calls in progress (a read/write lock: calls hold the read
- * lock, close takes the write lock); any call after it throws {@link IllegalStateException}. A
+ * #close()} is idempotent and waits for calls in progress (calls and close hold one monitor);
+ * any call after it throws {@link IllegalStateException}. A
  * heartbeat that is never closed is freed by a {@link Cleaner} once unreachable.
  *
  * <pre>{@code
@@ -76,9 +75,15 @@ public final class Heartbeat implements AutoCloseable {
   private final long timeoutBits;
   private final boolean timeoutUnbounded;
   private final Cleaner.Cleanable cleanable;
-  /** Calls hold its read lock, {@link #close()} its write lock; its monitor orders changes. */
-  private final StampedLock lock = new StampedLock();
-  private volatile boolean closed; // written under the write lock
+  /**
+   * Every native call on the handle, and {@link #close()}, runs holding this monitor: calls are
+   * serialized (as the native heartbeat's own mutex would serialize them anyway) and close waits
+   * for the call in progress. One uncontended monitor costs two atomic operations, where the
+   * former read/write lock plus monitor cost four.
+   */
+  private final Object lock = new Object();
+
+  private volatile boolean closed; // written holding the lock
 
   /**
    * Native calls that change the heartbeat, and polls, run one at a time under the monitor of
@@ -96,10 +101,17 @@ public final class Heartbeat implements AutoCloseable {
   private static final class Known {
     final long m;
     final Action action;
+    /** The action's attempt id (0 for none), read without touching the action. */
+    final long id;
+    /** The last decision's reservation id and its UTF-8 bytes (null: none yet). */
+    final Slots.Text rid;
 
-    Known(long m, Action action) {
+    Known(long m, Action action, Slots.Text rid) {
       this.m = m;
       this.action = action;
+      Attempt a = action.attempt().orElse(null);
+      this.id = a == null ? 0 : a.id();
+      this.rid = rid;
     }
 
     Attempt attempt() {
@@ -107,8 +119,11 @@ public final class Heartbeat implements AutoCloseable {
     }
 
     static long id(Known k) {
-      Attempt a = k == null ? null : k.attempt();
-      return a == null ? 0 : a.id();
+      return k == null ? 0 : k.id;
+    }
+
+    static Slots.Text rid(Known k) {
+      return k == null ? null : k.rid;
     }
   }
 
@@ -401,6 +416,7 @@ public final class Heartbeat implements AutoCloseable {
             Slots.DECIDED_O_ACTION,
             text,
             Slots.decisionText(slots, 0),
+            null,
             null);
       } catch (RuntimeException e) {
         hb.close();
@@ -468,22 +484,18 @@ public final class Heartbeat implements AutoCloseable {
   }
 
   /**
-   * Takes the read lock for one native call and returns its stamp; pair with {@link #exit(long)}
-   * in a finally block.
+   * Checks, holding {@link #lock} before a native call, that the handle was not freed; pair with
+   * {@link #exit()} in a finally block around the synchronized block.
    *
    * @throws IllegalStateException if closed
    */
-  private long enter() {
-    long stamp = lock.readLock();
+  private void enter() {
     if (closed) {
-      lock.unlockRead(stamp);
       throw new IllegalStateException("leasebeat: this Heartbeat is closed");
     }
-    return stamp;
   }
 
-  private void exit(long stamp) {
-    lock.unlockRead(stamp);
+  private void exit() {
     // Keep this object (and so the handle) reachable until the native call returned.
     Reference.reachabilityFence(this);
   }
@@ -492,36 +504,35 @@ public final class Heartbeat implements AutoCloseable {
    * Runs a decision-returning native call (a change) and decodes its decision; remembers the
    * action it leaves for {@link #pollAction()}.
    */
-  private Decision decide(DecisionCall f) {
-    long[] slots = new long[Slots.DECIDED_LEN];
-    Slots.Scratch scratch = Slots.scratch();
+  private Decision decide(Slots.Scratch scratch, DecisionCall f) {
     Object[] objs = scratch.objs;
-    byte[] text = scratch.text;
     Known k = known;
     int status;
     long m;
     try {
-      long stamp = enter();
       long h = handle;
       try {
         synchronized (lock) {
+          enter();
           m = ++mutations;
-          status = f.call(h, Known.id(k), slots, objs, text);
+          status = f.call(h, Known.id(k), scratch.addr, objs);
         }
       } finally {
-        exit(stamp);
+        exit();
+        Reference.reachabilityFence(scratch);
       }
       Slots.check(status, objs);
-      Decision d = Slots.decision(slots, 0, objs, 0, text, 0, origin);
-      remember(
-          m,
-          slots,
-          Slots.DEC_LEN,
-          objs,
-          Slots.DECIDED_O_ACTION,
-          text,
-          Slots.decisionText(slots, 0),
-          k);
+      long[] raw = new long[Slots.DEC_LEN]; // kept by the decision
+      long[] act = scratch.act;
+      scratch.slots(0, raw, Slots.DEC_LEN);
+      scratch.slots(Slots.DEC_LEN, act, Slots.ACT_LEN);
+      int t = Slots.decisionText(raw, 0);
+      scratch.text(t + Slots.actionText(act, 0));
+      byte[] text = scratch.text;
+      // The reservation id rarely changes: the last one's String is reused when the bytes match.
+      Slots.Text rid = Slots.rid(raw, objs, text, Known.rid(k));
+      Decision d = Slots.decision(raw, rid == null ? null : rid.s, objs, text, origin);
+      remember(m, act, 0, objs, Slots.DECIDED_O_ACTION, text, t, k, rid);
       return d;
     } finally {
       scratch.clear();
@@ -530,7 +541,19 @@ public final class Heartbeat implements AutoCloseable {
 
   /** Decodes and remembers the action of change (or poll) number {@code m}. */
   private Action remember(
-      long m, long[] slots, int o, Object[] objs, int oo, byte[] text, int t, Known k) {
+      long m,
+      long[] slots,
+      int o,
+      Object[] objs,
+      int oo,
+      byte[] text,
+      int t,
+      Known k,
+      Slots.Text rid) {
+    // The remembered action is read (a chase through Action, Optional and Attempt, cold on a
+    // heartbeat untouched for a while) only when it can be reused: same attempt id, or a stop.
+    boolean stop = slots[o + Slots.A_TAG] == 2;
+    boolean same = k != null && (stop || k.id == slots[o + Slots.A_ID]);
     Action a =
         Slots.action(
             slots,
@@ -539,16 +562,16 @@ public final class Heartbeat implements AutoCloseable {
             oo,
             text,
             t,
-            k == null ? null : k.attempt(),
-            k == null ? null : k.action,
+            same && !stop ? k.attempt() : null,
+            same ? k.action : null,
             origin);
-    known = new Known(m, a);
+    known = new Known(m, a, rid);
     return a;
   }
 
   @FunctionalInterface
   private interface DecisionCall {
-    int call(long handle, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
+    int call(long handle, long knownAttemptId, long buf, Object[] objs);
   }
 
   private long core(long nowNanos) {
@@ -568,12 +591,14 @@ public final class Heartbeat implements AutoCloseable {
     byte[] text = new byte[Slots.TEXT_LEN];
     Known k = known;
     int status;
-    long stamp = enter();
     long h = handle;
     try {
-      status = NativeBridge.nativeState(h, Known.id(k), slots, objs, text);
+      synchronized (lock) {
+        enter();
+        status = NativeBridge.nativeState(h, Known.id(k), slots, objs, text);
+      }
     } finally {
-      exit(stamp);
+      exit();
     }
     Slots.check(status, objs);
     return new State(slots, objs, text, k == null ? null : k.attempt(), origin);
@@ -626,25 +651,27 @@ public final class Heartbeat implements AutoCloseable {
       }
       return k.action;
     }
-    long[] slots = new long[Slots.ACT_LEN];
     Slots.Scratch scratch = Slots.scratch();
     Object[] objs = scratch.objs;
-    byte[] text = scratch.text;
     int status;
     long m;
     try {
-      long stamp = enter();
       long h = handle;
       try {
         synchronized (lock) {
+          enter();
           m = mutations;
-          status = NativeBridge.nativePoll(h, Known.id(k), slots, objs, text);
+          status = NativeBridge.nativePoll(h, Known.id(k), scratch.addr, objs);
         }
       } finally {
-        exit(stamp);
+        exit();
+        Reference.reachabilityFence(scratch);
       }
       Slots.check(status, objs);
-      return remember(m, slots, 0, objs, 0, text, 0, k);
+      long[] slots = scratch.act;
+      scratch.slots(0, slots, Slots.ACT_LEN);
+      scratch.text(Slots.actionText(slots, 0));
+      return remember(m, slots, 0, objs, 0, scratch.text, 0, k, Known.rid(k));
     } finally {
       scratch.clear();
     }
@@ -782,15 +809,15 @@ public final class Heartbeat implements AutoCloseable {
     long now = core(nowNanos);
     Object[] objs = new Object[2];
     int status;
-    long stamp = enter();
     long h = handle;
     try {
       synchronized (lock) {
+        enter();
         ++mutations;
         status = NativeBridge.nativeSent(h, attemptId, now, objs);
       }
     } finally {
-      exit(stamp);
+      exit();
     }
     Slots.check(status, objs);
   }
@@ -815,13 +842,17 @@ public final class Heartbeat implements AutoCloseable {
     Objects.requireNonNull(response, "response");
     long now = core(nowNanos);
     byte[] headers = headerPairs(response);
-    byte[] body = response.rawBody();
     int code = response.status();
     boolean timingUnknown = response.timingUnknown();
+    Slots.Scratch scratch = Slots.scratch();
+    byte[] raw = response.rawBody();
+    int bodyLen = scratch.putBody(raw);
+    byte[] body = bodyLen < 0 ? raw : null;
     return decide(
-        (h, known, slots, objs, text) ->
+        scratch,
+        (h, known, buf, objs) ->
             NativeBridge.nativeResponse(
-                h, attemptId, code, headers, body, timingUnknown, now, known, slots, objs, text));
+                h, attemptId, code, headers, body, bodyLen, timingUnknown, now, known, buf, objs));
   }
 
   /**
@@ -843,8 +874,9 @@ public final class Heartbeat implements AutoCloseable {
     long now = core(nowNanos);
     int code = failureCode(failure);
     return decide(
-        (h, known, slots, objs, text) ->
-            NativeBridge.nativeFailure(h, attemptId, code, now, known, slots, objs, text));
+        Slots.scratch(),
+        (h, known, buf, objs) ->
+            NativeBridge.nativeFailure(h, attemptId, code, now, known, buf, objs));
   }
 
   /**
@@ -858,8 +890,8 @@ public final class Heartbeat implements AutoCloseable {
   public Decision cancel(long nowNanos) {
     long now = core(nowNanos);
     return decide(
-        (h, known, slots, objs, text) ->
-            NativeBridge.nativeCancel(h, now, known, slots, objs, text));
+        Slots.scratch(),
+        (h, known, buf, objs) -> NativeBridge.nativeCancel(h, now, known, buf, objs));
   }
 
   /**
@@ -868,14 +900,11 @@ public final class Heartbeat implements AutoCloseable {
    */
   @Override
   public void close() {
-    long stamp = lock.writeLock();
-    try {
+    synchronized (lock) {
       if (!closed) {
         closed = true;
         cleanable.clean();
       }
-    } finally {
-      lock.unlockWrite(stamp);
     }
   }
 

@@ -47,33 +47,31 @@ final class NativeBridge {
 
   static native int nativeSent(long handle, long attemptId, long nowNs, Object[] objs);
 
+  // The hot calls below read and write the calling thread's native buffer (Slots.Scratch), whose
+  // address is buf: results at 0 (slots) and Slots.BUF_TEXT (text), a body at Slots.BUF_IN.
+
   static native int nativeResponse(
       long handle,
       long attemptId,
       int status,
       byte[] headers,
       byte[] body,
+      int bodyLen,
       boolean timingUnknown,
       long nowNs,
       long knownAttemptId,
-      long[] slots,
-      Object[] objs,
-      byte[] text);
+      long buf,
+      Object[] objs);
 
   static native int nativeFailure(
-      long handle,
-      long attemptId,
-      int failure,
-      long nowNs,
-      long knownAttemptId,
-      long[] slots,
-      Object[] objs,
-      byte[] text);
+      long handle, long attemptId, int failure, long nowNs, long knownAttemptId, long buf, Object[] objs);
 
-  static native int nativeCancel(
-      long handle, long nowNs, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
+  static native int nativeCancel(long handle, long nowNs, long knownAttemptId, long buf, Object[] objs);
 
-  static native int nativePoll(long handle, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
+  static native int nativePoll(long handle, long knownAttemptId, long buf, Object[] objs);
+
+  /** The address of a direct buffer of Slots.BUF_LEN bytes; 0 for anything else. */
+  static native long nativeBufferAddress(java.nio.ByteBuffer buf);
 
   static native int nativeState(long handle, long knownAttemptId, long[] slots, Object[] objs, byte[] text);
 

@@ -1,6 +1,9 @@
 package io.leasebeat;
 
 import java.math.BigInteger;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.LongBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -86,15 +89,69 @@ final class Slots {
    */
   static final int TEXT_LEN = 512;
 
+  /** The native buffer's layout (jvm/native/lib.rs, BUF_*): slots, text, input body. */
+  static final int BUF_TEXT = 512;
+
+  static final int BUF_IN = BUF_TEXT + TEXT_LEN;
+  static final int BUF_IN_CAP = 3072;
+  static final int BUF_LEN = BUF_IN + BUF_IN_CAP;
+
   /**
-   * A thread's text buffer and object slots for the hot calls (decisions and polls): read while
-   * decoding, before the call returns; nothing keeps them (strings and bodies are copied out), so
-   * one per thread saves allocating and zeroing them per call. {@link #clear} after each use
-   * drops any object the call left (an error's message, a text too long for the buffer).
+   * A thread's buffers for the hot calls (decisions and polls): the native buffer the call reads
+   * the body from and writes its result to (a direct buffer: no JNI call per access), the text
+   * buffer and object slots read while decoding (strings and bodies are copied out). Nothing keeps
+   * them after the call, so one per thread saves allocating them per call. {@link #clear} after
+   * each use drops any object the call left (an error's message, a text too long for the buffer).
    */
   static final class Scratch {
+    final ByteBuffer buf = ByteBuffer.allocateDirect(BUF_LEN).order(ByteOrder.nativeOrder());
+    final LongBuffer longs = buf.asLongBuffer();
+    /** The address of {@link #buf}, for the native calls (valid while this scratch lives). */
+    final long addr = NativeBridge.nativeBufferAddress(buf);
+
     final byte[] text = new byte[TEXT_LEN];
     final Object[] objs = new Object[DECIDED_OBJS];
+    /** An action's slots (decoded, never kept). */
+    final long[] act = new long[ACT_LEN];
+
+    Scratch() {
+      if (addr == 0) {
+        throw new IllegalStateException("leasebeat: no native buffer");
+      }
+    }
+
+    /**
+     * The body argument: copied into the native buffer when it fits (returns its length; the
+     * array argument is then null), else -1 (the array goes as is).
+     */
+    int putBody(byte[] body) {
+      if (body == null || body.length > BUF_IN_CAP) {
+        return -1;
+      }
+      buf.put(BUF_IN, body);
+      return body.length;
+    }
+
+    /** The first {@code n} slots of the result into {@code s} from {@code from}. */
+    void slots(int from, long[] s, int n) {
+      longs.get(from, s, 0, n);
+    }
+
+    /** The first {@code n} bytes of the result's text into {@link #text}. */
+    void text(int n) {
+      if (n > 0) {
+        buf.get(BUF_TEXT, text, 0, n);
+      }
+    }
+
+    /** The last body length's array, reused (never kept: {@link Attempt} copies its body). */
+    private byte[] body = new byte[0];
+
+    byte[] body(byte[] from, int off, int len) {
+      byte[] b = body.length == len ? body : (body = new byte[len]);
+      System.arraycopy(from, off, b, 0, len);
+      return b;
+    }
 
     void clear() {
       Arrays.fill(objs, null);
@@ -255,9 +312,67 @@ final class Slots {
     }
   }
 
-  /** The decision at slot offset {@code o}, objects from {@code oo}. */
+  /**
+   * The decision at slot offset {@code o}, objects from {@code oo}: its texts are read now (the
+   * text buffer is reused), its components on first access ({@link #parts}).
+   */
   static Decision decision(
       long[] s, int o, Object[] objs, int oo, byte[] text, int t, long origin) {
+    long ridLen = s[o + D_RID_LEN];
+    String rid = str(ridLen, text, t, objs, oo + O_RID);
+    String detail =
+        str(s[o + D_DETAIL_LEN], text, t + (int) Math.max(0, ridLen), objs, oo + O_DETAIL);
+    // Kept for the components and the JSON on demand; every call allocates its own slots, so
+    // offset 0 is not copied.
+    long[] raw = o == 0 ? s : Arrays.copyOfRange(s, o, o + DEC_LEN);
+    return new Decision(raw, rid, detail, origin);
+  }
+
+  /** A reservation id and its UTF-8 bytes (immutable). */
+  static final class Text {
+    final String s;
+    final byte[] b;
+
+    Text(String s, byte[] b) {
+      this.s = s;
+      this.b = b;
+    }
+  }
+
+  /**
+   * The reservation id of the decision at offset 0 of {@code s} ({@code text} from 0): {@code
+   * last} itself when its bytes are the same (no new String), null when absent.
+   */
+  static Text rid(long[] s, Object[] objs, byte[] text, Text last) {
+    long len = s[D_RID_LEN];
+    if (len == -1) {
+      return null;
+    }
+    if (len == -2) {
+      String r = (String) objs[O_RID];
+      return new Text(r, r.getBytes(StandardCharsets.UTF_8));
+    }
+    int n = (int) len;
+    if (last != null && Arrays.equals(last.b, 0, last.b.length, text, 0, n)) {
+      return last;
+    }
+    byte[] b = Arrays.copyOf(text, n);
+    return new Text(new String(b, StandardCharsets.UTF_8), b);
+  }
+
+  /**
+   * The decision at offset 0 of {@code s} (kept by it) with its reservation id already read
+   * ({@link #rid}); the detail follows the id in {@code text}.
+   */
+  static Decision decision(long[] s, String rid, Object[] objs, byte[] text, long origin) {
+    String detail =
+        str(s[D_DETAIL_LEN], text, (int) Math.max(0, s[D_RID_LEN]), objs, O_DETAIL);
+    return new Decision(s, rid, detail, origin);
+  }
+
+  /** The components of the decision in {@code s} (offset 0), with its texts. */
+  static Decision.Parts parts(long[] s, String rid, String detail) {
+    final int o = 0;
     long flags = s[o + D_FLAGS];
     Optional<AttemptKind> send = Optional.empty();
     Optional<StopReason> stop = Optional.empty();
@@ -312,13 +427,7 @@ final class Slots {
       long p = s[o + D_PROVEN];
       provenUntil = Optional.of(p == -1L ? Num.INF : Num.ofUnsigned(p));
     }
-    long ridLen = s[o + D_RID_LEN];
-    String rid = str(ridLen, text, t, objs, oo + O_RID);
-    String detail =
-        str(s[o + D_DETAIL_LEN], text, t + (int) Math.max(0, ridLen), objs, oo + O_DETAIL);
-    // Kept for the JSON on demand; every call allocates its own slots, so offset 0 is not copied.
-    long[] raw = o == 0 ? s : Arrays.copyOfRange(s, o, o + DEC_LEN);
-    return new Decision(
+    return new Decision.Parts(
         Optional.ofNullable(rid),
         send,
         stop,
@@ -332,10 +441,7 @@ final class Slots {
         Optional.ofNullable(detail),
         provenUntil,
         signed(s, flags, F_EXPIRES, o + D_EXPIRES, "expires_at_ms"),
-        signed(s, flags, F_REMAINING, o + D_REMAINING, "remaining_ttl_ms"),
-        origin,
-        raw,
-        null);
+        signed(s, flags, F_REMAINING, o + D_REMAINING, "remaining_ttl_ms"));
   }
 
   /**
@@ -395,8 +501,9 @@ final class Slots {
     long keyLen = s[o + A_KEY_LEN];
     long bodyLen = s[o + A_BODY_LEN];
     int b = t + (int) Math.max(0, keyLen);
+    // The Attempt copies its body: a text body goes through the thread's reusable array.
     byte[] body =
-        bodyLen == -2 ? (byte[]) objs[oo + O_BODY] : Arrays.copyOfRange(text, b, b + (int) bodyLen);
+        bodyLen == -2 ? (byte[]) objs[oo + O_BODY] : scratch().body(text, b, (int) bodyLen);
     return new Attempt(
         id,
         kind,

@@ -526,4 +526,44 @@ class HeartbeatApiTest {
       assertEquals(Optional.of(rid), c.reservationId());
     }
   }
+
+  /**
+   * A response body longer than the per-thread native buffer's input area (3 KiB) goes to the core
+   * as an array instead, and decides exactly as the same body would in the buffer; a body that
+   * just fits and an empty one do too.
+   */
+  @Test
+  void bodiesOfEveryLengthReachTheCore() {
+    String json =
+        "{\"status\":\"ACTIVE\",\"expires_at_ms\":1785585720000,\"remaining_ttl_ms\":60000}";
+    String reference = null;
+    for (int pad : new int[] {0, 3072 - json.length(), 3073 - json.length(), 100_000}) {
+      byte[] body = (json + " ".repeat(pad)).getBytes(StandardCharsets.UTF_8);
+      try (Heartbeat hb =
+          Heartbeat.builder()
+              .ttlMillis(60_000)
+              .requestTimeoutMillis(10_000)
+              .keyPrefix("k")
+              .reservationId("r-1")
+              .originNanos(0)
+              .build()) {
+        Attempt first = hb.pollAction().attempt().orElseThrow();
+        hb.handleSent(first.id(), 0);
+        Decision d = hb.handleResponse(first.id(), Response.of(200).withBody(body), 1_000 * MS);
+        assertEquals(java.util.OptionalLong.of(60_000L), d.remainingTtlMs(), "pad " + pad);
+        if (reference == null) {
+          reference = d.toJson();
+        }
+        assertEquals(reference, d.toJson(), "pad " + pad);
+      }
+    }
+    try (Heartbeat hb =
+        Heartbeat.builder().ttlMillis(60_000).keyPrefix("k").reservationId("r-1").originNanos(0)
+            .build()) {
+      Attempt first = hb.pollAction().attempt().orElseThrow();
+      hb.handleSent(first.id(), 0);
+      Decision d = hb.handleResponse(first.id(), Response.of(200), 1_000 * MS);
+      assertTrue(d.toJson().startsWith("{"), d.toJson());
+    }
+  }
 }
