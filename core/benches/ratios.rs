@@ -7,7 +7,9 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use leasebeat::{Action, Config, Heartbeat, KeySource, Response, SequentialKeys, UuidV4Keys};
+use leasebeat::{
+    Action, Config, Heartbeat, KeySource, Response, ResponseRef, SequentialKeys, UuidV4Keys,
+};
 
 const MS: u64 = 1_000_000;
 const CREATE: &[u8] = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:acme"],"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}"#;
@@ -67,12 +69,8 @@ fn primary(l: &mut Lease, n: u32) {
     for _ in 0..n {
         l.hb.handle_sent(id, due).expect("sent");
         let d =
-            l.hb.handle_response(
-                id,
-                Response::new(200).body(black_box(EXTEND)),
-                due + 100 * MS,
-            )
-            .expect("decided");
+            l.hb.handle_response_ref(id, ResponseRef::new(200, black_box(EXTEND)), due + 100 * MS)
+                .expect("decided");
         black_box(&d);
         drop(d);
         (id, due) = l.poll();
@@ -85,12 +83,8 @@ fn beat(l: &mut Lease, n: u32) {
         let (id, due) = l.poll();
         l.hb.handle_sent(id, due).expect("sent");
         let d =
-            l.hb.handle_response(
-                id,
-                Response::new(200).body(black_box(EXTEND)),
-                due + 100 * MS,
-            )
-            .expect("decided");
+            l.hb.handle_response_ref(id, ResponseRef::new(200, black_box(EXTEND)), due + 100 * MS)
+                .expect("decided");
         black_box(&d);
         drop(d);
         black_box(l.hb.poll_action());
@@ -155,7 +149,7 @@ fn main() {
         ),
         (
             "rust.primary",
-            "handle_response(200 extend body) + poll_action, SequentialKeys",
+            "handle_sent + handle_response_ref(200 extend body) + poll_action, SequentialKeys",
             p,
         ),
         (

@@ -1,15 +1,15 @@
 //! The per-reservation state machine.
 
-use std::cell::OnceCell;
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
 use crate::arith::{self, RetryAfterError};
 use crate::decision::{
-    AttemptKind, Decision, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, StopReason,
-    StoredDecision, Warning,
+    AttemptKind, Decision, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, StopReason, Warning,
+    Warnings, slot,
 };
 use crate::error::{Error, ErrorKind};
 use crate::keys::{KeySource, UuidV4Keys};
@@ -189,11 +189,90 @@ impl Response {
     /// The `Retry-After` value in milliseconds (P-5, D-11): header names
     /// compare case-insensitively, exactly one value is allowed.
     pub fn retry_after_ms(&self) -> Result<u64, RetryAfterError> {
+        self.view().retry_after_ms()
+    }
+
+    /// A borrowed view of this response (see [`Heartbeat::handle_response_ref`]).
+    pub fn view(&self) -> ResponseRef<'_, Vec<u8>, Vec<u8>> {
+        ResponseRef {
+            status: self.status,
+            headers: &self.headers,
+            body: &self.body,
+            timing: self.timing,
+        }
+    }
+}
+
+/// An HTTP response to the outstanding attempt, borrowed from the caller
+/// (see [`Heartbeat::handle_response_ref`]): the status, the header
+/// name/value pairs in arrival order (any byte-slice-like types, e.g.
+/// `(&[u8], &[u8])` or `(Vec<u8>, Vec<u8>)`), the raw body and the timing.
+///
+/// ```
+/// use leasebeat::{ResponseRef, Timing};
+/// let headers = [("Retry-After", "2")];
+/// let r = ResponseRef::new(429, b"").headers(&headers);
+/// assert_eq!(r.retry_after_ms(), Ok(2_000));
+/// assert_eq!(r.timing, Timing::Measured);
+/// ```
+#[derive(Debug)]
+pub struct ResponseRef<'a, N = &'a [u8], V = &'a [u8]> {
+    /// The status code, 100..=999.
+    pub status: u16,
+    /// Header name/value pairs in arrival order; repeated headers repeat.
+    pub headers: &'a [(N, V)],
+    /// The raw body bytes (possibly empty).
+    pub body: &'a [u8],
+    /// Whether the round trip was measured.
+    pub timing: Timing,
+}
+
+impl<N, V> Clone for ResponseRef<'_, N, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<N, V> Copy for ResponseRef<'_, N, V> {}
+
+impl<'a> ResponseRef<'a> {
+    /// A response with this status and body, no headers, a measured round
+    /// trip.
+    pub fn new(status: u16, body: &'a [u8]) -> ResponseRef<'a> {
+        ResponseRef {
+            status,
+            headers: &[],
+            body,
+            timing: Timing::Measured,
+        }
+    }
+}
+
+impl<'a, N: AsRef<[u8]>, V: AsRef<[u8]>> ResponseRef<'a, N, V> {
+    /// The same response with these headers.
+    pub fn headers<N2, V2>(self, headers: &'a [(N2, V2)]) -> ResponseRef<'a, N2, V2> {
+        ResponseRef {
+            status: self.status,
+            headers,
+            body: self.body,
+            timing: self.timing,
+        }
+    }
+
+    /// Marks the round trip as unknown.
+    pub fn timing_unknown(mut self) -> Self {
+        self.timing = Timing::Unknown;
+        self
+    }
+
+    /// The `Retry-After` value in milliseconds (P-5, D-11): header names
+    /// compare case-insensitively, exactly one value is allowed.
+    pub fn retry_after_ms(&self) -> Result<u64, RetryAfterError> {
         let values: Vec<&[u8]> = self
             .headers
             .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(b"retry-after"))
-            .map(|(_, v)| v.as_slice())
+            .filter(|(n, _)| n.as_ref().eq_ignore_ascii_case(b"retry-after"))
+            .map(|(_, v)| v.as_ref())
             .collect();
         arith::parse_retry_after(&values)
     }
@@ -336,7 +415,7 @@ enum Class {
 /// let body = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:a"],"remaining_ttl_ms":61500}"#;
 /// let d = hb.handle_response(id, Response::new(200).body(&body[..]), 1_500_000_000).unwrap();
 /// assert_eq!(d.at_ns, Some(38_500_000_000)); // 37 s after receipt
-/// assert_eq!(d.numbers.next_delay, Some(leasebeat::Num::Int(37_000)));
+/// assert_eq!(d.numbers.next_delay(), Some(leasebeat::Num::Int(37_000)));
 /// let d = hb.cancel(2_000_000_000).unwrap();
 /// assert_eq!(d.stop_reason(), Some(StopReason::Cancelled));
 /// ```
@@ -361,17 +440,15 @@ pub struct Heartbeat {
     last_event_ns: u64,
     attempt: Option<Attempt>,
     stopped: Option<StopReason>,
-    reservation_id: Option<String>,
+    reservation_id: Option<Arc<str>>,
     create_failed_once: bool,
     max_rtt: u64,
     anchor: Option<Anchor>,
     last_failure: Option<FailureMark>,
     zero_streak: u8,
     grants: GrantBook,
-    /// The most recent decision, compact; `last_full` is it as a
-    /// [`Decision`], built when [`Heartbeat::last_decision`] asks.
-    last: Option<StoredDecision>,
-    last_full: OnceCell<Box<Decision>>,
+    /// The most recent decision.
+    last: Option<Decision>,
 }
 
 impl fmt::Debug for Heartbeat {
@@ -432,7 +509,6 @@ impl Heartbeat {
             zero_streak: 0,
             grants: GrantBook::default(),
             last: None,
-            last_full: OnceCell::new(),
         })
     }
 
@@ -584,7 +660,7 @@ impl Heartbeat {
             ));
         }
         let mut hb = Heartbeat::with_key_source(config, keys)?;
-        hb.reservation_id = Some(reservation_id);
+        hb.reservation_id = Some(reservation_id.into());
         // The create key was never sent: give it and its place to the first
         // extension (it stays remembered when its source needs that).
         hb.key_index = 0;
@@ -651,11 +727,7 @@ impl Heartbeat {
 
     /// The most recent decision.
     pub fn last_decision(&self) -> Option<&Decision> {
-        let last = self.last.as_ref()?;
-        let full = self
-            .last_full
-            .get_or_init(|| Box::new(last.to_decision(self.reservation_id.as_deref())));
-        Some(full)
+        self.last.as_ref()
     }
 
     /// The outstanding attempt (to send, or in flight), unless stopped.
@@ -710,11 +782,38 @@ impl Heartbeat {
     }
 
     /// The HTTP response to attempt `attempt_id`, observed at `now_ns` (after
-    /// its complete body was received).
+    /// its complete body was received). Same as
+    /// [`Heartbeat::handle_response_ref`] with `response.view()`.
     pub fn handle_response(
         &mut self,
         attempt_id: u64,
         response: Response,
+        now_ns: u64,
+    ) -> Result<Decision, Error> {
+        self.handle_response_ref(attempt_id, response.view(), now_ns)
+    }
+
+    /// The HTTP response to attempt `attempt_id`, observed at `now_ns` (after
+    /// its complete body was received), borrowed: nothing is copied, so a
+    /// caller can pass the bytes of its own receive buffer. The decision is
+    /// the same as [`Heartbeat::handle_response`]'s for the same response.
+    ///
+    /// ```
+    /// use leasebeat::{Config, Heartbeat, ResponseRef};
+    /// let mut hb = Heartbeat::new(Config::new(60_000, Some(10_000))).unwrap();
+    /// let id = hb.attempt().unwrap().id;
+    /// hb.handle_sent(id, 0).unwrap();
+    /// let body = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:a"],"remaining_ttl_ms":61500}"#;
+    /// let headers: [(&[u8], &[u8]); 1] = [(b"content-type", b"application/json")];
+    /// let d = hb
+    ///     .handle_response_ref(id, ResponseRef::new(200, body).headers(&headers), 1_500_000_000)
+    ///     .unwrap();
+    /// assert_eq!(d.at_ns, Some(38_500_000_000));
+    /// ```
+    pub fn handle_response_ref<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        attempt_id: u64,
+        response: ResponseRef<'_, N, V>,
         now_ns: u64,
     ) -> Result<Decision, Error> {
         self.check_outcome(attempt_id, now_ns)?;
@@ -734,9 +833,9 @@ impl Heartbeat {
             Timing::Unknown => None,
         };
         match attempt.kind {
-            AttemptKind::Create => self.on_create_response(&response, rtt, now_ns),
+            AttemptKind::Create => self.on_create_response(response, rtt, now_ns),
             AttemptKind::Extend => {
-                let class = classify_extend(&response);
+                let class = classify_extend(response);
                 self.on_extend_outcome(class, rtt, now_ns)
             }
         }
@@ -862,23 +961,36 @@ impl Heartbeat {
     /// lexicographic order). With `reuse`, written into the finished
     /// attempt's body buffer.
     fn extend_body(&mut self, key: &str, reuse: bool) -> Vec<u8> {
+        // `{"extend_by_ms":` + the ttl's digits + `,"idempotency_key":`
+        let ttl = self.config.ttl_ms;
+        let prefix_len = 16 + ttl.checked_ilog10().unwrap_or(0) as usize + 1 + 19;
         let mut body = match self.attempt.as_mut() {
-            Some(a) if reuse && a.body.capacity() <= MAX_SPARE_BYTES => std::mem::take(&mut a.body),
+            Some(a) if reuse && a.body.capacity() <= MAX_SPARE_BYTES => {
+                let mut body = std::mem::take(&mut a.body);
+                if a.kind == AttemptKind::Extend && body.len() > prefix_len {
+                    // Built here with the same ttl: the prefix is there.
+                    body.truncate(prefix_len);
+                } else {
+                    body.clear();
+                }
+                body
+            }
             _ => Vec::new(),
         };
-        body.clear();
-        let mut ttl = itoa::Buffer::new();
-        let ttl = ttl.format(self.config.ttl_ms).as_bytes();
-        body.reserve(16 + ttl.len() + 19 + key.len() + 3);
-        body.extend_from_slice(b"{\"extend_by_ms\":");
-        body.extend_from_slice(ttl);
-        body.extend_from_slice(b",\"idempotency_key\":");
+        if body.is_empty() {
+            body.reserve(prefix_len + key.len() + 3);
+            body.extend_from_slice(b"{\"extend_by_ms\":");
+            body.extend_from_slice(itoa::Buffer::new().format(ttl).as_bytes());
+            body.extend_from_slice(b",\"idempotency_key\":");
+        }
+        debug_assert_eq!(body.len(), prefix_len);
         // (No short circuit: the check vectorizes.)
         let plain = !key.bytes().fold(false, |bad, b| {
             bad | (b < 0x20) | (b == b'"') | (b == b'\\')
         });
         if plain {
             // Nothing to escape: exactly what serde_json writes.
+            body.reserve(key.len() + 3);
             body.push(b'"');
             body.extend_from_slice(key.as_bytes());
             body.push(b'"');
@@ -962,8 +1074,7 @@ impl Heartbeat {
         if let Some(text) = d.detail.as_mut() {
             cap_detail(text);
         }
-        self.last = Some(StoredDecision::of(d));
-        self.last_full = OnceCell::new();
+        self.last = Some(d.clone());
     }
 
     fn stop(
@@ -985,7 +1096,7 @@ impl Heartbeat {
             key_index: None,
             mode,
             numbers,
-            warnings: Vec::new(),
+            warnings: Warnings::new(),
             outcome,
             detail,
             proven_until_ns,
@@ -1006,7 +1117,7 @@ impl Heartbeat {
         key_index: u32,
         mode: Option<Mode>,
         numbers: Numbers,
-        warnings: Vec<Warning>,
+        warnings: Warnings,
         outcome: OutcomeClass,
         detail: Option<String>,
     ) -> Decision {
@@ -1039,15 +1150,15 @@ impl Heartbeat {
 
     // ----- create -----
 
-    fn on_create_response(
+    fn on_create_response<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         &mut self,
-        response: &Response,
+        response: ResponseRef<'_, N, V>,
         rtt: Option<u64>,
         now_ns: u64,
     ) -> Result<Decision, Error> {
         let status = response.status;
         match status {
-            200 => match schema::create_response(&response.body) {
+            200 => match schema::create_response(response.body) {
                 Ok(body) => {
                     let no_reservation = if body.decision == "DENY" {
                         Some("the create was denied (decision DENY)".to_owned())
@@ -1073,7 +1184,7 @@ impl Heartbeat {
                     }
                     let key = self.fresh_key()?;
                     self.last_event_ns = now_ns;
-                    self.reservation_id = body.reservation_id;
+                    self.reservation_id = body.reservation_id.map(Arc::from);
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
                         sum_grants: 0,
@@ -1115,7 +1226,7 @@ impl Heartbeat {
             }
             400..=499 => {
                 self.last_event_ns = now_ns;
-                let code = schema::error_code(&response.body)
+                let code = schema::error_code(response.body)
                     .map(|c| format!(" ({c})"))
                     .unwrap_or_default();
                 Ok(self.stop(
@@ -1163,7 +1274,7 @@ impl Heartbeat {
             key_index,
             None,
             Numbers::default(),
-            Vec::new(),
+            Warnings::new(),
             outcome,
             Some(format!("{detail}; one immediate same-key create retry")),
         )
@@ -1187,7 +1298,8 @@ impl Heartbeat {
         d.expires_at_ms = expires_at;
         d.remaining_ttl_ms = remaining;
         if let Some(last) = self.last.as_mut() {
-            last.set_instants(expires_at, remaining);
+            last.expires_at_ms = expires_at;
+            last.remaining_ttl_ms = remaining;
         }
         d
     }
@@ -1206,21 +1318,21 @@ impl Heartbeat {
         }
         let previous = self.anchor;
         self.last_failure = None;
-        let mut numbers = Numbers {
-            rtt: rtt.map(Num::from_ms),
-            max_rtt: Some(Num::from_ms(self.max_rtt)),
-            ..Numbers::default()
-        };
-        let mut warnings = Vec::new();
+        let mut numbers = Numbers::default();
+        if let Some(rtt) = rtt {
+            numbers.put_ms(slot::rtt, rtt);
+        }
+        numbers.put_ms(slot::max_rtt, self.max_rtt);
+        let mut warnings = Warnings::new();
         let (mode, delay, lead_floor, cadence) = match remaining {
             Some(remaining) => {
                 let s =
                     arith::primary_schedule(remaining, rtt, self.config.timeout(), self.max_rtt);
-                numbers.lead_floor = Some(Num::from_ms(s.lead_floor));
-                numbers.attempt_budget = Some(Num::from_ms(s.attempt_budget));
-                numbers.safety_margin = Some(Num::from_ms(s.safety_margin));
-                numbers.retry_reserve = Some(Num::from_ms(s.retry_reserve));
-                numbers.next_delay = Some(Num::from_ms(s.next_delay));
+                numbers.put_ms(slot::lead_floor, s.lead_floor);
+                numbers.put_ms(slot::attempt_budget, s.attempt_budget);
+                numbers.put_ms(slot::safety_margin, s.safety_margin);
+                numbers.put_ms(slot::retry_reserve, s.retry_reserve);
+                numbers.put_ms(slot::next_delay, s.next_delay);
                 // HB-33 / D-13: only primary successes count toward the streak.
                 if s.next_delay == 0 {
                     self.zero_streak = self.zero_streak.saturating_add(1);
@@ -1236,11 +1348,11 @@ impl Heartbeat {
             }
             None => {
                 let lead_min = self.lead_min(now_ns);
-                numbers.lead_min = Some(Num::Int(lead_min));
+                numbers.set_lead_min(Some(Num::Int(lead_min)));
                 match grant {
                     // FB-02: the first beat right after the create.
                     None => {
-                        numbers.next_delay = Some(Num::Int(0));
+                        numbers.put_ms(slot::next_delay, 0);
                         (Mode::Fallback, 0, 0, None)
                     }
                     Some(grant) => {
@@ -1250,12 +1362,12 @@ impl Heartbeat {
                         let c = arith::fallback_cadence(grant, since_previous, self.config.ttl_ms);
                         let skips = arith::fallback_skips(lead_min, grant, c.cadence);
                         let delay = c.cadence.saturating_mul(skips.saturating_add(1));
-                        numbers.grant = Some(Num::Int(grant));
-                        numbers.cadence = Some(Num::from_ms(c.cadence));
-                        numbers.skips = Some(Num::from_ms(skips));
-                        numbers.next_delay = Some(Num::from_ms(delay));
+                        numbers.set_grant(Some(Num::Int(grant)));
+                        numbers.put_ms(slot::cadence, c.cadence);
+                        numbers.put_ms(slot::skips, skips);
+                        numbers.put_ms(slot::next_delay, delay);
                         if c.hold {
-                            warnings.push(Warning::ExtensionBudgetDepleting);
+                            warnings.insert(Warning::ExtensionBudgetDepleting);
                         }
                         // D-13: a positive-delay success in either mode resets.
                         if delay > 0 {
@@ -1414,17 +1526,17 @@ impl Heartbeat {
                 let budget = arith::attempt_budget(self.config.timeout(), self.max_rtt);
                 let margin = arith::safety_margin(self.max_rtt);
                 let r = arith::retry_window(anchor.lead_floor, elapsed, budget, margin);
-                numbers.max_rtt = Some(Num::from_ms(self.max_rtt));
-                numbers.lead_floor = Some(Num::from_ms(anchor.lead_floor));
-                numbers.lead = Some(Num::from_ms(r.lead));
-                numbers.attempt_budget = Some(Num::from_ms(budget));
-                numbers.safety_margin = Some(Num::from_ms(margin));
-                numbers.retry_window = Some(r.window);
+                numbers.put_ms(slot::max_rtt, self.max_rtt);
+                numbers.put_ms(slot::lead_floor, anchor.lead_floor);
+                numbers.put_ms(slot::lead, r.lead);
+                numbers.put_ms(slot::attempt_budget, budget);
+                numbers.put_ms(slot::safety_margin, margin);
+                numbers.set_retry_window(Some(r.window));
                 Some(r)
             }
             Mode::Fallback => {
-                numbers.lead_min = Some(Num::Int(self.lead_min(now_ns)));
-                numbers.cadence = Some(Num::from_ms(self.fallback_cadence(anchor)));
+                numbers.set_lead_min(Some(Num::Int(self.lead_min(now_ns))));
+                numbers.put_ms(slot::cadence, self.fallback_cadence(anchor));
                 None
             }
         };
@@ -1523,7 +1635,7 @@ impl Heartbeat {
                 (delay, false)
             }
         };
-        numbers.retry_delay = Some(Num::from_ms(delay));
+        numbers.put_ms(slot::retry_delay, delay);
         let due = arith::due_after(now_ns, delay);
         let (key_index, kind) = self.retry_same(due, zero_window);
         self.send_decision(
@@ -1533,7 +1645,7 @@ impl Heartbeat {
             key_index,
             mode,
             numbers,
-            Vec::new(),
+            Warnings::new(),
             outcome,
             Some(detail),
         )
@@ -1579,11 +1691,12 @@ fn cap_detail(text: &mut String) {
 }
 
 /// Classifies an extend response (HB-18, P-3), first match wins.
-fn classify_extend(response: &Response) -> Class {
+#[inline]
+fn classify_extend<N: AsRef<[u8]>, V: AsRef<[u8]>>(response: ResponseRef<'_, N, V>) -> Class {
     let status = response.status;
     if (200..=299).contains(&status) {
         if status == 200 {
-            return match schema::extend_response(&response.body) {
+            return match schema::extend_response(response.body) {
                 Ok(b) => Class::Success {
                     remaining: b.remaining_ttl_ms,
                     expires_at: Some(b.expires_at_ms),
@@ -1598,7 +1711,7 @@ fn classify_extend(response: &Response) -> Class {
             format!("ambiguous {status}: only 200 with a valid body is a success"),
         );
     }
-    let code = schema::error_code(&response.body);
+    let code = schema::error_code(response.body);
     if let Some(reason) = code.as_deref().and_then(permanent_reason) {
         return Class::Stop(
             reason,

@@ -404,15 +404,18 @@ pub(crate) fn extend_fast(b: &[u8]) -> Option<(u64, Option<u64>)> {
     fn int(b: &[u8], i: usize) -> Option<(u64, usize)> {
         let rest = b.get(i..)?;
         let (mut v, mut n) = (0u64, 0usize);
-        for &c in rest.iter().take(19) {
+        while let Some(&c) = rest.get(n) {
             let d = c.wrapping_sub(b'0');
             if d > 9 {
                 break;
             }
+            if n == 18 {
+                return None;
+            }
             v = v * 10 + u64::from(d);
             n += 1;
         }
-        if n == 0 || n > 18 || (n > 1 && rest[0] == b'0') {
+        if n == 0 || (n > 1 && rest[0] == b'0') {
             return None;
         }
         if let Some(b'.' | b'e' | b'E') = rest.get(n) {
