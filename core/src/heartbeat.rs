@@ -377,13 +377,64 @@ struct Anchor {
 #[derive(Clone, Copy, Debug)]
 struct FailureMark {
     elapsed: u64,
-    window: Option<Num>,
+    window: Option<SmallNum>,
+}
+
+/// A [`Num`] in 16 bytes, without `i128`'s 16-byte alignment (finite values
+/// lie strictly between -2^64 and 2^64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SmallNum {
+    NegInf,
+    Neg(u64),
+    Pos(u64),
+    Inf,
+}
+
+impl SmallNum {
+    fn of(n: Num) -> SmallNum {
+        match n {
+            Num::NegInf => SmallNum::NegInf,
+            Num::Inf => SmallNum::Inf,
+            Num::Int(v) if v >= 0 => SmallNum::Pos(u64::try_from(v).unwrap_or(u64::MAX)),
+            Num::Int(v) => SmallNum::Neg(u64::try_from(v.unsigned_abs()).unwrap_or(u64::MAX)),
+        }
+    }
+
+    fn get(self) -> Num {
+        match self {
+            SmallNum::NegInf => Num::NegInf,
+            SmallNum::Inf => Num::Inf,
+            SmallNum::Pos(m) => Num::Int(i128::from(m)),
+            SmallNum::Neg(m) => Num::Int(-i128::from(m)),
+        }
+    }
+}
+
+/// An `i128` as two words (8-byte aligned, like everything else in a
+/// heartbeat).
+#[derive(Clone, Copy, Debug, Default)]
+struct Split128 {
+    hi: i64,
+    lo: u64,
+}
+
+impl Split128 {
+    fn of(v: i128) -> Split128 {
+        Split128 {
+            hi: (v >> 64) as i64,
+            lo: v as u64,
+        }
+    }
+
+    fn get(self) -> i128 {
+        (i128::from(self.hi) << 64) | i128::from(self.lo)
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
 struct GrantBook {
     create_received_ns: u64,
-    sum_grants: i128,
+    sum_grants: Split128,
     last_expires_at: Option<u64>,
 }
 
@@ -963,22 +1014,33 @@ impl Heartbeat {
     fn extend_body(&mut self, key: &str, reuse: bool) -> Vec<u8> {
         // `{"extend_by_ms":` + the ttl's digits + `,"idempotency_key":`
         let ttl = self.config.ttl_ms;
-        let prefix_len = 16 + ttl.checked_ilog10().unwrap_or(0) as usize + 1 + 19;
+        // (ttl_ms is 1000..=86400000: 4 to 8 digits.)
+        let digits = match ttl {
+            0..=9_999 => 4,
+            10_000..=99_999 => 5,
+            100_000..=999_999 => 6,
+            1_000_000..=9_999_999 => 7,
+            _ => 8,
+        };
+        debug_assert_eq!(digits, itoa::Buffer::new().format(ttl).len());
+        let prefix_len = 16 + digits + 19;
         let mut body = match self.attempt.as_mut() {
-            Some(a) if reuse && a.body.capacity() <= MAX_SPARE_BYTES => {
+            // An extend body built here with the same ttl: the prefix is
+            // there. (A create body's buffer is not reused: it would grow.)
+            Some(a)
+                if reuse
+                    && a.kind == AttemptKind::Extend
+                    && a.body.capacity() <= MAX_SPARE_BYTES
+                    && a.body.len() > prefix_len =>
+            {
                 let mut body = std::mem::take(&mut a.body);
-                if a.kind == AttemptKind::Extend && body.len() > prefix_len {
-                    // Built here with the same ttl: the prefix is there.
-                    body.truncate(prefix_len);
-                } else {
-                    body.clear();
-                }
+                body.truncate(prefix_len);
                 body
             }
             _ => Vec::new(),
         };
         if body.is_empty() {
-            body.reserve(prefix_len + key.len() + 3);
+            body.reserve_exact(prefix_len + key.len() + 3);
             body.extend_from_slice(b"{\"extend_by_ms\":");
             body.extend_from_slice(itoa::Buffer::new().format(ttl).as_bytes());
             body.extend_from_slice(b",\"idempotency_key\":");
@@ -1070,11 +1132,12 @@ impl Heartbeat {
     }
 
     #[inline]
-    fn record(&mut self, d: &mut Decision) {
-        if let Some(text) = d.detail.as_mut() {
+    fn record(&mut self, d: Decision) -> Decision {
+        let last = self.last.insert(d);
+        if let Some(text) = last.detail.as_mut() {
             cap_detail(text);
         }
-        self.last = Some(d.clone());
+        last.clone()
     }
 
     fn stop(
@@ -1085,10 +1148,24 @@ impl Heartbeat {
         numbers: Numbers,
         detail: Option<String>,
     ) -> Decision {
+        self.stop_with(reason, outcome, mode, numbers, detail, (None, None))
+    }
+
+    /// A stop; `instants` are the deciding success's `expires_at_ms` and
+    /// `remaining_ttl_ms`, if a success decided it.
+    fn stop_with(
+        &mut self,
+        reason: StopReason,
+        outcome: OutcomeClass,
+        mode: Option<Mode>,
+        numbers: Numbers,
+        detail: Option<String>,
+        instants: (Option<u64>, Option<u64>),
+    ) -> Decision {
         self.stopped = Some(reason);
         self.attempt = None;
         let proven_until_ns = self.proven_until_ns();
-        let mut d = Decision {
+        self.record(Decision {
             reservation_id: self.reservation_id.clone(),
             next: Next::Stop(reason),
             at_ns: None,
@@ -1100,11 +1177,9 @@ impl Heartbeat {
             outcome,
             detail,
             proven_until_ns,
-            expires_at_ms: None,
-            remaining_ttl_ms: None,
-        };
-        self.record(&mut d);
-        d
+            expires_at_ms: instants.0,
+            remaining_ttl_ms: instants.1,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1120,9 +1195,10 @@ impl Heartbeat {
         warnings: Warnings,
         outcome: OutcomeClass,
         detail: Option<String>,
+        instants: (Option<u64>, Option<u64>),
     ) -> Decision {
         let proven_until_ns = self.proven_until_ns();
-        let mut d = Decision {
+        self.record(Decision {
             reservation_id: self.reservation_id.clone(),
             next: Next::Send(kind),
             at_ns: due_ns,
@@ -1134,11 +1210,9 @@ impl Heartbeat {
             outcome,
             detail,
             proven_until_ns,
-            expires_at_ms: None,
-            remaining_ttl_ms: None,
-        };
-        self.record(&mut d);
-        d
+            expires_at_ms: instants.0,
+            remaining_ttl_ms: instants.1,
+        })
     }
 
     /// D-15: receipt of the last primary success plus its lead floor.
@@ -1187,7 +1261,7 @@ impl Heartbeat {
                     self.reservation_id = body.reservation_id.map(Arc::from);
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
-                        sum_grants: 0,
+                        sum_grants: Split128::default(),
                         last_expires_at: body.expires_at_ms,
                     };
                     Ok(self.on_success(
@@ -1277,6 +1351,7 @@ impl Heartbeat {
             Warnings::new(),
             outcome,
             Some(format!("{detail}; one immediate same-key create retry")),
+            (None, None),
         )
     }
 
@@ -1290,25 +1365,6 @@ impl Heartbeat {
         new_key: String,
         remaining: Option<u64>,
         expires_at: Option<u64>,
-        grant: Option<i128>,
-        rtt: Option<u64>,
-        now_ns: u64,
-    ) -> Decision {
-        let mut d = self.on_success_inner(new_key, remaining, grant, rtt, now_ns);
-        d.expires_at_ms = expires_at;
-        d.remaining_ttl_ms = remaining;
-        if let Some(last) = self.last.as_mut() {
-            last.expires_at_ms = expires_at;
-            last.remaining_ttl_ms = remaining;
-        }
-        d
-    }
-
-    #[inline]
-    fn on_success_inner(
-        &mut self,
-        new_key: String,
-        remaining: Option<u64>,
         grant: Option<i128>,
         rtt: Option<u64>,
         now_ns: u64,
@@ -1385,12 +1441,13 @@ impl Heartbeat {
             cadence,
         });
         if mode == Mode::Primary && self.zero_streak >= 2 {
-            return self.stop(
+            return self.stop_with(
                 StopReason::LeaseTooShort,
                 OutcomeClass::Success,
                 Some(mode),
                 numbers,
                 Some("two consecutive successes gave next_delay 0: the lease is shorter than its retry-safety budget".into()),
+                (expires_at, remaining),
             );
         }
         let due = arith::due_after(now_ns, delay);
@@ -1409,6 +1466,7 @@ impl Heartbeat {
             warnings,
             OutcomeClass::Success,
             None,
+            (expires_at, remaining),
         )
     }
 
@@ -1424,7 +1482,10 @@ impl Heartbeat {
     /// receipt.
     fn lead_min(&self, now_ns: u64) -> i128 {
         let elapsed = arith::ceil_ms(now_ns.saturating_sub(self.grants.create_received_ns));
-        self.grants.sum_grants.saturating_sub(i128::from(elapsed))
+        self.grants
+            .sum_grants
+            .get()
+            .saturating_sub(i128::from(elapsed))
     }
 
     // ----- extend outcomes -----
@@ -1457,7 +1518,7 @@ impl Heartbeat {
                     // the grant bookkeeping as a create would (FB-01/02).
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
-                        sum_grants: 0,
+                        sum_grants: Split128::default(),
                         last_expires_at: Some(expires_at),
                     };
                     return Ok(self.on_success(
@@ -1473,7 +1534,8 @@ impl Heartbeat {
                     Some(prev) => i128::from(expires_at) - i128::from(prev),
                     None => 0,
                 };
-                self.grants.sum_grants = self.grants.sum_grants.saturating_add(grant);
+                self.grants.sum_grants =
+                    Split128::of(self.grants.sum_grants.get().saturating_add(grant));
                 self.grants.last_expires_at = Some(expires_at);
                 Ok(self.on_success(key, remaining, Some(expires_at), Some(grant), rtt, now_ns))
             }
@@ -1565,11 +1627,14 @@ impl Heartbeat {
         // Check 4 (HB-28, D-6, P-4): a consecutive failure must show progress.
         let mark = FailureMark {
             elapsed,
-            window: window.map(|r| r.window),
+            window: window.map(|r| SmallNum::of(r.window)),
         };
         if let Some(prev) = self.last_failure {
             let advanced = elapsed > prev.elapsed;
-            let shrank = match (mark.window, prev.window) {
+            let shrank = match (
+                mark.window.map(SmallNum::get),
+                prev.window.map(SmallNum::get),
+            ) {
                 (Some(now), Some(before)) => now < before,
                 _ => false,
             };
@@ -1648,6 +1713,7 @@ impl Heartbeat {
             Warnings::new(),
             outcome,
             Some(detail),
+            (None, None),
         )
     }
 }
