@@ -794,6 +794,7 @@ impl Heartbeat {
     // ----- polls -----
 
     /// What the caller must do now.
+    #[inline]
     pub fn poll_action(&self) -> Action<'_> {
         match (&self.attempt, self.stopped) {
             (_, Some(reason)) => Action::Stop(reason),
@@ -816,6 +817,7 @@ impl Heartbeat {
 
     /// The caller sent attempt `attempt_id` at `now_ns`. Sending later than
     /// due (a late timer) or earlier (a stalled clock) is accepted.
+    #[inline]
     pub fn handle_sent(&mut self, attempt_id: u64, now_ns: u64) -> Result<(), Error> {
         self.check_live(now_ns)?;
         let attempt = self.outstanding(attempt_id)?;
@@ -928,6 +930,7 @@ impl Heartbeat {
 
     // ----- internals -----
 
+    #[inline]
     fn check_live(&self, now_ns: u64) -> Result<(), Error> {
         if let Some(reason) = self.stopped {
             return Err(Error::new(
@@ -947,6 +950,7 @@ impl Heartbeat {
         Ok(())
     }
 
+    #[inline]
     fn outstanding(&self, attempt_id: u64) -> Result<&Attempt, Error> {
         match &self.attempt {
             Some(a) if a.id == attempt_id => Ok(a),
@@ -964,6 +968,7 @@ impl Heartbeat {
         }
     }
 
+    #[inline]
     fn check_outcome(&self, attempt_id: u64, now_ns: u64) -> Result<(), Error> {
         self.check_live(now_ns)?;
         let attempt = self.outstanding(attempt_id)?;
@@ -977,6 +982,7 @@ impl Heartbeat {
     }
 
     /// A new key, validated but not yet recorded as used.
+    #[inline]
     fn fresh_key(&mut self) -> Result<String, Error> {
         let mut key = std::mem::take(&mut self.spare_key);
         self.keys.write_key(&mut key);
@@ -1011,6 +1017,7 @@ impl Heartbeat {
     /// `{"extend_by_ms":N,"idempotency_key":"..."}` (members in
     /// lexicographic order). With `reuse`, written into the finished
     /// attempt's body buffer.
+    #[inline]
     fn extend_body(&mut self, key: &str, reuse: bool) -> Vec<u8> {
         // `{"extend_by_ms":` + the ttl's digits + `,"idempotency_key":`
         let ttl = self.config.ttl_ms;
@@ -1070,6 +1077,7 @@ impl Heartbeat {
         }
     }
 
+    #[inline]
     fn install_attempt(
         &mut self,
         kind: AttemptKind,
@@ -1216,6 +1224,7 @@ impl Heartbeat {
     }
 
     /// D-15: receipt of the last primary success plus its lead floor.
+    #[inline]
     fn proven_until_ns(&self) -> Option<u64> {
         self.anchor
             .filter(|a| a.mode == Mode::Primary)
