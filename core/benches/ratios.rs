@@ -61,7 +61,8 @@ fn floor(n: u32) {
     }
 }
 
-/// handle_response(200 extend body) + poll_action; the mark-sent of the
+/// handle_sent + handle_response_ref(200 extend body, borrowed) +
+/// poll_action; the mark-sent of the
 /// attempt is outside the timed part only in spirit: it is a few ns, and
 /// timing it separately would cost more than it does.
 fn primary(l: &mut Lease, n: u32) {
@@ -77,7 +78,26 @@ fn primary(l: &mut Lease, n: u32) {
     }
 }
 
-/// A full beat: poll, handle_sent, handle_response, poll.
+/// [`primary`] through the owned `handle_response(Response)` (the body
+/// copied into a `Vec` per decision), for comparison (`BENCH_ONLY` only).
+fn primary_owned(l: &mut Lease, n: u32) {
+    let (mut id, mut due) = l.poll();
+    for _ in 0..n {
+        l.hb.handle_sent(id, due).expect("sent");
+        let d =
+            l.hb.handle_response(
+                id,
+                Response::new(200).body(black_box(EXTEND)),
+                due + 100 * MS,
+            )
+            .expect("decided");
+        black_box(&d);
+        drop(d);
+        (id, due) = l.poll();
+    }
+}
+
+/// A full beat: poll, handle_sent, handle_response_ref, poll.
 fn beat(l: &mut Lease, n: u32) {
     for _ in 0..n {
         let (id, due) = l.poll();
@@ -111,8 +131,9 @@ fn main() {
         match only.as_str() {
             "floor" => floor(n),
             "primary" => primary(&mut Lease::new(seq), n),
+            "primary_owned" => primary_owned(&mut Lease::new(seq), n),
             "beat" => beat(&mut Lease::new(uuid), n),
-            other => panic!("BENCH_ONLY={other}: floor, primary or beat"),
+            other => panic!("BENCH_ONLY={other}: floor, primary, primary_owned or beat"),
         }
         return;
     }
@@ -154,7 +175,7 @@ fn main() {
         ),
         (
             "rust.beat_uuid",
-            "poll + handle_sent + handle_response + poll, UUIDv4 keys",
+            "poll + handle_sent + handle_response_ref + poll, UUIDv4 keys",
             b,
         ),
     ] {
