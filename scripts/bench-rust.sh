@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks of the core (issue 15). Not part of the test suite.
 #  1. core/benches/ratios.rs: rust.floor_value (serde_json Value parse of the extend body),
-#     rust.primary (handle_response of the 200 extend body + poll_action, SequentialKeys)
-#     and rust.beat_uuid (poll, handle_sent, handle_response, poll with UUIDv4 keys),
+#     rust.primary (handle_sent + handle_response_ref of the 200 extend body, borrowed,
+#     + poll_action, SequentialKeys) and rust.beat_uuid (poll, handle_sent,
+#     handle_response_ref, poll with UUIDv4 keys),
 #     measured interleaved (rounds of each in turn, medians), so that the load of a shared
 #     machine drifts over all three alike and the ratios stay comparable.
 #  2. core/benches/lease_bytes.rs: rust.lease_bytes, size_of::<Heartbeat>() + heap after

@@ -330,8 +330,8 @@ pub fn run_scenarios(scenarios: Vec<Scenario>, progress: bool) -> Result<Vec<Rep
                 // remaining_ttl_ms) proves no lead (D-15): no number here.
                 let lead = match (decision.mode, decision.outcome) {
                     (Some(Mode::Fallback), _) => None,
-                    (_, OutcomeClass::Success) => decision.numbers.lead_floor,
-                    _ => decision.numbers.lead,
+                    (_, OutcomeClass::Success) => decision.numbers.lead_floor(),
+                    _ => decision.numbers.lead(),
                 };
                 if let Some(l) = lead {
                     live.min_lead = Some(live.min_lead.map_or(l, |m| m.min(l)));

@@ -365,7 +365,7 @@ fn initial_ttl_cap_policy() {
     assert!(r["remaining_ttl_ms"].as_u64().unwrap() <= 3_000);
     // 3000 ms of lead cannot hold a 3000 ms retry reserve: extend at once.
     let (_, _, first) = run.decisions()[0];
-    assert_eq!(first.numbers.next_delay, Some(Num::Int(0)));
+    assert_eq!(first.numbers.next_delay(), Some(Num::Int(0)));
 }
 
 #[test]
@@ -613,7 +613,7 @@ fn killing_the_server_stops_every_lease_before_its_lead_runs_out() {
                     if attempt.is_some_and(|a| a.kind == leasebeat::AttemptKind::Extend) {
                         s.0 += 1;
                     }
-                    if let Some(Num::Int(lead)) = decision.numbers.lead_floor {
+                    if let Some(Num::Int(lead)) = decision.numbers.lead_floor() {
                         s.1 = observed_ns + lead as u64 * 1_000_000;
                     }
                 }

@@ -5,18 +5,18 @@
 //!
 //! The ids of issue 15 (see `scripts/bench-rust.sh`):
 //! * `floor/serde_json_parse_extend_body` -> `rust.floor_value`
-//! * `beat/primary_decision` -> `rust.primary`: `handle_response` of the 200
+//! * `beat/primary_decision` -> `rust.primary`: `handle_response_ref` of the 200
 //!   extend body, then `poll_action`, SequentialKeys, in a lease that keeps
 //!   extending (each iteration also marks the attempt sent, a few ns).
 //! * `beat/full_uuid` -> `rust.beat_uuid`: poll, handle_sent,
-//!   handle_response, poll with real UUIDv4 keys.
+//!   handle_response_ref, poll with real UUIDv4 keys.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use leasebeat::{
-    Action, Config, Heartbeat, KeySource, Response, SequentialKeys, TransportFailure, UuidV4Keys,
-    arith,
+    Action, Config, Heartbeat, KeySource, Response, ResponseRef, SequentialKeys, TransportFailure,
+    UuidV4Keys, arith,
 };
 
 const MS: u64 = 1_000_000;
@@ -84,7 +84,7 @@ fn benches(c: &mut Criterion) {
         let mut k = UuidV4Keys;
         b.iter(|| k.next_key())
     });
-    // rust.primary: handle_response + poll_action in a lease that keeps extending.
+    // rust.primary: handle_response_ref + poll_action in a lease that keeps extending.
     c.bench_function("beat/primary_decision", |b| {
         let mut l = Lease::new(Box::new(SequentialKeys::new("k")));
         let (mut id, mut due) = l.due();
@@ -96,7 +96,7 @@ fn benches(c: &mut Criterion) {
             l.hb.handle_sent(id, due).expect("sent");
             l.now = due + 100 * MS;
             let d =
-                l.hb.handle_response(id, Response::new(200).body(black_box(EXTEND)), l.now)
+                l.hb.handle_response_ref(id, ResponseRef::new(200, black_box(EXTEND)), l.now)
                     .expect("decided");
             black_box(&d);
             match l.hb.poll_action() {
@@ -108,7 +108,7 @@ fn benches(c: &mut Criterion) {
             }
         })
     });
-    // rust.beat_uuid: poll, handle_sent, handle_response, poll; UUIDv4 keys.
+    // rust.beat_uuid: poll, handle_sent, handle_response_ref, poll; UUIDv4 keys.
     c.bench_function("beat/full_uuid", |b| {
         let mut l = Lease::new(Box::new(UuidV4Keys));
         b.iter(|| {
@@ -120,7 +120,7 @@ fn benches(c: &mut Criterion) {
             l.hb.handle_sent(id, due).expect("sent");
             l.now = due + 100 * MS;
             let d =
-                l.hb.handle_response(id, Response::new(200).body(black_box(EXTEND)), l.now)
+                l.hb.handle_response_ref(id, ResponseRef::new(200, black_box(EXTEND)), l.now)
                     .expect("decided");
             black_box(&d);
             black_box(l.hb.poll_action());

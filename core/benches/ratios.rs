@@ -7,7 +7,9 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use leasebeat::{Action, Config, Heartbeat, KeySource, Response, SequentialKeys, UuidV4Keys};
+use leasebeat::{
+    Action, Config, Heartbeat, KeySource, Response, ResponseRef, SequentialKeys, UuidV4Keys,
+};
 
 const MS: u64 = 1_000_000;
 const CREATE: &[u8] = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:acme"],"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}"#;
@@ -59,10 +61,26 @@ fn floor(n: u32) {
     }
 }
 
-/// handle_response(200 extend body) + poll_action; the mark-sent of the
+/// handle_sent + handle_response_ref(200 extend body, borrowed) +
+/// poll_action; the mark-sent of the
 /// attempt is outside the timed part only in spirit: it is a few ns, and
 /// timing it separately would cost more than it does.
 fn primary(l: &mut Lease, n: u32) {
+    let (mut id, mut due) = l.poll();
+    for _ in 0..n {
+        l.hb.handle_sent(id, due).expect("sent");
+        let d =
+            l.hb.handle_response_ref(id, ResponseRef::new(200, black_box(EXTEND)), due + 100 * MS)
+                .expect("decided");
+        black_box(&d);
+        drop(d);
+        (id, due) = l.poll();
+    }
+}
+
+/// [`primary`] through the owned `handle_response(Response)` (the body
+/// copied into a `Vec` per decision), for comparison (`BENCH_ONLY` only).
+fn primary_owned(l: &mut Lease, n: u32) {
     let (mut id, mut due) = l.poll();
     for _ in 0..n {
         l.hb.handle_sent(id, due).expect("sent");
@@ -79,18 +97,14 @@ fn primary(l: &mut Lease, n: u32) {
     }
 }
 
-/// A full beat: poll, handle_sent, handle_response, poll.
+/// A full beat: poll, handle_sent, handle_response_ref, poll.
 fn beat(l: &mut Lease, n: u32) {
     for _ in 0..n {
         let (id, due) = l.poll();
         l.hb.handle_sent(id, due).expect("sent");
         let d =
-            l.hb.handle_response(
-                id,
-                Response::new(200).body(black_box(EXTEND)),
-                due + 100 * MS,
-            )
-            .expect("decided");
+            l.hb.handle_response_ref(id, ResponseRef::new(200, black_box(EXTEND)), due + 100 * MS)
+                .expect("decided");
         black_box(&d);
         drop(d);
         black_box(l.hb.poll_action());
@@ -117,8 +131,9 @@ fn main() {
         match only.as_str() {
             "floor" => floor(n),
             "primary" => primary(&mut Lease::new(seq), n),
+            "primary_owned" => primary_owned(&mut Lease::new(seq), n),
             "beat" => beat(&mut Lease::new(uuid), n),
-            other => panic!("BENCH_ONLY={other}: floor, primary or beat"),
+            other => panic!("BENCH_ONLY={other}: floor, primary, primary_owned or beat"),
         }
         return;
     }
@@ -155,12 +170,12 @@ fn main() {
         ),
         (
             "rust.primary",
-            "handle_response(200 extend body) + poll_action, SequentialKeys",
+            "handle_sent + handle_response_ref(200 extend body) + poll_action, SequentialKeys",
             p,
         ),
         (
             "rust.beat_uuid",
-            "poll + handle_sent + handle_response + poll, UUIDv4 keys",
+            "poll + handle_sent + handle_response_ref + poll, UUIDv4 keys",
             b,
         ),
     ] {

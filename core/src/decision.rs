@@ -2,6 +2,7 @@
 //! "emitted decision" JSON of the scenario format.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
@@ -80,94 +81,192 @@ impl fmt::Display for Num {
 }
 
 macro_rules! numbers {
-    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
-        /// The numbers behind one decision (HB-44). A field is `Some` exactly
-        /// when it applies to that decision.
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub struct Numbers {
-            $( $(#[$doc])* pub $name: Option<Num>, )*
+    ($( $(#[$doc:meta])* $name:ident / $set:ident = $idx:expr ),* $(,)?) => {
+        /// Slot indexes, in [`Numbers::NAMES`] order.
+        #[allow(non_upper_case_globals, dead_code)]
+        pub(crate) mod slot {
+            $( pub(crate) const $name: usize = $idx; )*
         }
 
         impl Numbers {
-            /// Every name a number can have, in a fixed order.
-            pub const NAMES: &'static [&'static str] = &[$(stringify!($name)),*];
+            /// Every name a number can have, in a fixed order (that of
+            /// [`Numbers::to_array`]).
+            pub const NAMES: [&'static str; 14] = [$(stringify!($name)),*];
 
-            /// The numbers that apply, as `(name, value)` pairs in a fixed order.
-            pub fn iter(&self) -> impl Iterator<Item = (&'static str, Num)> + '_ {
-                [$((stringify!($name), self.$name)),*]
-                    .into_iter()
-                    .filter_map(|(n, v)| v.map(|v| (n, v)))
-            }
-
-            /// The inverse of `to_array`.
-            pub(crate) fn from_array(a: [Option<Num>; Self::NAMES.len()]) -> Numbers {
-                let [$($name),*] = a;
-                Numbers { $($name),* }
-            }
-
-            /// Two bits per slot (0 absent, 1 -inf, 2 finite, 3 +inf) and
-            /// the finite values as `i64`; `None` if one does not fit.
-            pub(crate) fn pack(&self) -> Option<(u32, [i64; Self::NAMES.len()])> {
-                let mut tags = 0u32;
-                let mut values = [0i64; Self::NAMES.len()];
-                let mut i = 0;
-                $(
-                    let tag = match self.$name {
-                        None => 0,
-                        Some(Num::NegInf) => 1,
-                        Some(Num::Int(v)) => {
-                            values[i] = i64::try_from(v).ok()?;
-                            2
-                        }
-                        Some(Num::Inf) => 3,
-                    };
-                    tags |= tag << (2 * i);
-                    i += 1;
-                )*
-                let _ = i;
-                Some((tags, values))
-            }
-
-            /// The number called `name`, if it applies.
-            pub fn get(&self, name: &str) -> Option<Num> {
-                match name {
-                    $(stringify!($name) => self.$name,)*
-                    _ => None,
+            $(
+                $(#[$doc])*
+                #[inline]
+                pub fn $name(&self) -> Option<Num> {
+                    self.at(slot::$name)
                 }
+
+                #[doc = concat!("Sets `", stringify!($name), "` (see [`Numbers::set_at`]).")]
+                #[inline]
+                pub fn $set(&mut self, value: Option<Num>) {
+                    self.set_at(slot::$name, value);
+                }
+            )*
+        }
+
+        impl fmt::Debug for Numbers {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct("Numbers")
+                    $( .field(stringify!($name), &self.$name()) )*
+                    .finish()
             }
         }
     };
 }
 
+/// The numbers behind one decision (HB-44): 14 named slots, each absent or a
+/// [`Num`]. A slot is present exactly when it applies to that decision.
+///
+/// Stored compactly (120 bytes: a tag per slot and a 64-bit magnitude), yet
+/// exact for every value a decision can carry: every finite value strictly
+/// between `-2^64` and `2^64`, and both infinities. Read a slot with its
+/// accessor (`numbers.next_delay()`), by name with [`Numbers::get`], by
+/// index with [`Numbers::at`], all at once with [`Numbers::to_array`] or the
+/// present ones with [`Numbers::iter`].
+///
+/// ```
+/// use leasebeat::{Num, Numbers};
+/// let mut n = Numbers::default();
+/// n.set_next_delay(Some(Num::Int(37_000)));
+/// n.set_retry_window(Some(Num::NegInf));
+/// assert_eq!(n.next_delay(), Some(Num::Int(37_000)));
+/// assert_eq!(n.get("retry_window"), Some(Num::NegInf));
+/// assert_eq!(n.iter().count(), 2);
+/// assert_eq!(Numbers::from_array(n.to_array()), n);
+/// ```
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Numbers {
+    /// Three bits per slot: 0 absent, 1 finite >= 0, 2 finite < 0, 3 +inf,
+    /// 4 -inf.
+    tags: u64,
+    /// The finite values' magnitudes (0 for any other tag).
+    mags: [u64; 14],
+}
+
+const TAG_BITS: u32 = 3;
+const TAG_MASK: u64 = 0b111;
+
+impl Numbers {
+    /// The number in slot `index` (the position of its name in
+    /// [`Numbers::NAMES`]); `None` if absent or `index >= 14`.
+    #[inline]
+    pub fn at(&self, index: usize) -> Option<Num> {
+        let mag = *self.mags.get(index)?;
+        match (self.tags >> (TAG_BITS * index as u32)) & TAG_MASK {
+            1 => Some(Num::Int(i128::from(mag))),
+            2 => Some(Num::Int(-i128::from(mag))),
+            3 => Some(Num::Inf),
+            4 => Some(Num::NegInf),
+            _ => None,
+        }
+    }
+
+    /// Sets slot `index` (see [`Numbers::at`]); an `index >= 14` is ignored.
+    /// A finite value outside `(-2^64, 2^64)` (which no decision carries) is
+    /// clamped to the nearest end of that range.
+    #[inline]
+    pub fn set_at(&mut self, index: usize, value: Option<Num>) {
+        let (tag, mag) = match value {
+            None => (0, 0),
+            Some(Num::Int(v)) if v >= 0 => (1, u64::try_from(v).unwrap_or(u64::MAX)),
+            Some(Num::Int(v)) => (2, u64::try_from(v.unsigned_abs()).unwrap_or(u64::MAX)),
+            Some(Num::Inf) => (3, 0),
+            Some(Num::NegInf) => (4, 0),
+        };
+        self.put(index, tag, mag);
+    }
+
+    #[inline]
+    fn put(&mut self, index: usize, tag: u64, mag: u64) {
+        if let Some(m) = self.mags.get_mut(index) {
+            *m = mag;
+            let shift = TAG_BITS * index as u32;
+            self.tags = (self.tags & !(TAG_MASK << shift)) | (tag << shift);
+        }
+    }
+
+    /// A duration in ms, `u64::MAX` meaning +infinity (as [`Num::from_ms`]).
+    #[inline]
+    pub(crate) fn put_ms(&mut self, index: usize, ms: u64) {
+        if ms == u64::MAX {
+            self.put(index, 3, 0);
+        } else {
+            self.put(index, 1, ms);
+        }
+    }
+
+    /// The number called `name`, if it applies (`None` for an unknown name).
+    pub fn get(&self, name: &str) -> Option<Num> {
+        self.at(Numbers::NAMES.iter().position(|n| *n == name)?)
+    }
+
+    /// Sets the number called `name`; returns `false` (and changes nothing)
+    /// for an unknown name.
+    pub fn set(&mut self, name: &str, value: Option<Num>) -> bool {
+        match Numbers::NAMES.iter().position(|n| *n == name) {
+            Some(i) => {
+                self.set_at(i, value);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The numbers that apply, as `(name, value)` pairs in [`Numbers::NAMES`]
+    /// order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, Num)> + '_ {
+        (0..Numbers::NAMES.len()).filter_map(|i| self.at(i).map(|v| (Numbers::NAMES[i], v)))
+    }
+
+    /// Every slot, in [`Numbers::NAMES`] order.
+    pub fn to_array(&self) -> [Option<Num>; 14] {
+        std::array::from_fn(|i| self.at(i))
+    }
+
+    /// The inverse of [`Numbers::to_array`] (values clamped as by
+    /// [`Numbers::set_at`]).
+    pub fn from_array(a: [Option<Num>; 14]) -> Numbers {
+        let mut n = Numbers::default();
+        for (i, v) in a.into_iter().enumerate() {
+            n.set_at(i, v);
+        }
+        n
+    }
+}
+
 numbers! {
     /// Round trip of the attempt that produced this success, rounded up (HB-05/06).
-    rtt,
+    rtt / set_rtt = 0,
     /// Largest rtt over this lease's schema-valid successes (HB-07, D-3).
-    max_rtt,
+    max_rtt / set_max_rtt = 1,
     /// `max(0, remaining_ttl_ms - rtt)`; on a failure, that of the anchoring success.
-    lead_floor,
+    lead_floor / set_lead_floor = 2,
     /// `max(request_timeout_ms, 1000, 2 x max_rtt)`.
-    attempt_budget,
+    attempt_budget / set_attempt_budget = 3,
     /// `max(1000, 2 x max_rtt)`.
-    safety_margin,
+    safety_margin / set_safety_margin = 4,
     /// `2 x attempt_budget + safety_margin`.
-    retry_reserve,
+    retry_reserve / set_retry_reserve = 5,
     /// Delay from the observation to the next beat.
-    next_delay,
+    next_delay / set_next_delay = 6,
     /// Current lead estimate after a failure (HB-21).
-    lead,
+    lead / set_lead = 7,
     /// `lead - attempt_budget - safety_margin`, unclamped (HB-22).
-    retry_window,
+    retry_window / set_retry_window = 8,
     /// Delay from the failure's observation to the same-key retry.
-    retry_delay,
+    retry_delay / set_retry_delay = 9,
     /// Fallback lead lower bound at the observation (FB-01).
-    lead_min,
+    lead_min / set_lead_min = 10,
     /// Fallback grant: difference of successive `expires_at_ms` values.
-    grant,
+    grant / set_grant = 11,
     /// Fallback cadence (FB-03).
-    cadence,
+    cadence / set_cadence = 12,
     /// Fallback cadences skipped (FB-04).
-    skips,
+    skips / set_skips = 13,
 }
 
 /// Why a heartbeat stopped. The strings are stable and the same in every
@@ -287,11 +386,74 @@ pub enum Warning {
 }
 
 impl Warning {
+    /// Every warning, in a fixed order (that of [`Warnings::iter`]).
+    pub const ALL: [Warning; 1] = [Warning::ExtensionBudgetDepleting];
+
     /// `"extension_budget_depleting"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Warning::ExtensionBudgetDepleting => "extension_budget_depleting",
         }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// The warnings of one decision: a set of [`Warning`]s (one byte, no
+/// allocation), iterated in [`Warning::ALL`] order.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Warnings(u8);
+
+impl Warnings {
+    /// No warning.
+    pub const fn new() -> Warnings {
+        Warnings(0)
+    }
+
+    /// Adds `w` (a set: adding it twice keeps one).
+    pub fn insert(&mut self, w: Warning) {
+        self.0 |= w.bit();
+    }
+
+    /// Whether `w` is in the set.
+    pub fn contains(self, w: Warning) -> bool {
+        self.0 & w.bit() != 0
+    }
+
+    /// Whether there is no warning.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// How many warnings there are.
+    pub fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    /// The `index`-th warning in [`Warnings::iter`] order.
+    pub fn get(self, index: usize) -> Option<Warning> {
+        self.iter().nth(index)
+    }
+
+    /// The warnings, in [`Warning::ALL`] order.
+    pub fn iter(self) -> impl Iterator<Item = Warning> {
+        Warning::ALL.into_iter().filter(move |w| self.contains(*w))
+    }
+}
+
+impl FromIterator<Warning> for Warnings {
+    fn from_iter<I: IntoIterator<Item = Warning>>(iter: I) -> Warnings {
+        let mut set = Warnings::new();
+        iter.into_iter().for_each(|w| set.insert(w));
+        set
+    }
+}
+
+impl fmt::Debug for Warnings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 
@@ -385,8 +547,9 @@ pub enum Next {
 /// One decision of the scheduler: the answer to an outcome or a cancel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
-    /// The reservation, once a create succeeded.
-    pub reservation_id: Option<String>,
+    /// The reservation, once a create succeeded (shared with the heartbeat:
+    /// no copy per decision).
+    pub reservation_id: Option<Arc<str>>,
     /// Send an attempt, or stop.
     pub next: Next,
     /// Due time of the next attempt in caller nanoseconds; `None` = +infinity.
@@ -401,7 +564,7 @@ pub struct Decision {
     /// The numbers behind the decision.
     pub numbers: Numbers,
     /// Warnings (only `extension_budget_depleting` exists).
-    pub warnings: Vec<Warning>,
+    pub warnings: Warnings,
     /// How the deciding outcome was classified.
     pub outcome: OutcomeClass,
     /// A human-readable detail (e.g. the Retry-After problem, the error code).
@@ -602,147 +765,59 @@ pub(crate) fn ns_to_ms_marked(at_ns: Option<u64>) -> Value {
     }
 }
 
-/// A recorded decision in a compact form (about 250 bytes instead of the
-/// `Decision`'s 600): numbers that fit `i64` are kept as such, with two tag
-/// bits each; a decision with a wider number keeps its `Numbers` boxed. The
-/// reservation id is the heartbeat's own (it never changes once a decision
-/// carried it), so only whether it was present is kept.
-#[derive(Clone, Debug)]
-pub(crate) struct StoredDecision {
-    has_reservation_id: bool,
-    next: Next,
-    at_ns: Option<u64>,
-    key: Option<KeyUse>,
-    key_index: Option<u32>,
-    mode: Option<Mode>,
-    numbers: StoredNumbers,
-    warnings: Box<[Warning]>,
-    outcome: OutcomeClass,
-    detail: Option<String>,
-    proven_until_ns: Option<u64>,
-    expires_at_ms: Option<u64>,
-    remaining_ttl_ms: Option<u64>,
-}
-
-const SLOTS: usize = Numbers::NAMES.len();
-
-#[derive(Clone, Debug)]
-enum StoredNumbers {
-    /// Two bits per slot (0 absent, 1 -inf, 2 finite, 3 +inf), finite values as i64.
-    Narrow {
-        tags: u32,
-        values: [i64; SLOTS],
-    },
-    Wide(Box<Numbers>),
-}
-
-impl StoredNumbers {
-    fn of(n: &Numbers) -> StoredNumbers {
-        match n.pack() {
-            Some((tags, values)) => StoredNumbers::Narrow { tags, values },
-            None => StoredNumbers::Wide(Box::new(*n)),
-        }
-    }
-
-    fn get(&self) -> Numbers {
-        match self {
-            StoredNumbers::Wide(n) => **n,
-            StoredNumbers::Narrow { tags, values } => {
-                let mut a = [None; SLOTS];
-                for (i, slot) in a.iter_mut().enumerate() {
-                    *slot = match (tags >> (2 * i)) & 3 {
-                        0 => None,
-                        1 => Some(Num::NegInf),
-                        2 => Some(Num::Int(i128::from(values[i]))),
-                        _ => Some(Num::Inf),
-                    };
-                }
-                Numbers::from_array(a)
-            }
-        }
-    }
-}
-
-impl StoredDecision {
-    pub(crate) fn of(d: &Decision) -> StoredDecision {
-        StoredDecision {
-            has_reservation_id: d.reservation_id.is_some(),
-            next: d.next,
-            at_ns: d.at_ns,
-            key: d.key,
-            key_index: d.key_index,
-            mode: d.mode,
-            numbers: StoredNumbers::of(&d.numbers),
-            warnings: d.warnings.as_slice().into(),
-            outcome: d.outcome,
-            detail: d.detail.clone(),
-            proven_until_ns: d.proven_until_ns,
-            expires_at_ms: d.expires_at_ms,
-            remaining_ttl_ms: d.remaining_ttl_ms,
-        }
-    }
-
-    /// Sets the deciding success's instants.
-    pub(crate) fn set_instants(
-        &mut self,
-        expires_at_ms: Option<u64>,
-        remaining_ttl_ms: Option<u64>,
-    ) {
-        self.expires_at_ms = expires_at_ms;
-        self.remaining_ttl_ms = remaining_ttl_ms;
-    }
-
-    /// The decision again, with the heartbeat's reservation id.
-    pub(crate) fn to_decision(&self, reservation_id: Option<&str>) -> Decision {
-        Decision {
-            reservation_id: reservation_id
-                .filter(|_| self.has_reservation_id)
-                .map(str::to_owned),
-            next: self.next,
-            at_ns: self.at_ns,
-            key: self.key,
-            key_index: self.key_index,
-            mode: self.mode,
-            numbers: self.numbers.get(),
-            warnings: self.warnings.to_vec(),
-            outcome: self.outcome,
-            detail: self.detail.clone(),
-            proven_until_ns: self.proven_until_ns,
-            expires_at_ms: self.expires_at_ms,
-            remaining_ttl_ms: self.remaining_ttl_ms,
-        }
-    }
-}
-
 #[cfg(test)]
-mod stored_tests {
+mod numbers_tests {
     use super::*;
 
     #[test]
-    fn numbers_round_trip_narrow_and_wide() {
-        let narrow = Numbers {
-            rtt: Some(Num::Int(5)),
-            retry_window: Some(Num::NegInf),
-            attempt_budget: Some(Num::Inf),
-            lead_min: Some(Num::Int(-7)),
-            skips: Some(Num::Int(i128::from(i64::MAX))),
-            ..Numbers::default()
-        };
-        assert!(matches!(
-            StoredNumbers::of(&narrow),
-            StoredNumbers::Narrow { .. }
-        ));
-        assert_eq!(StoredNumbers::of(&narrow).get(), narrow);
-        let wide = Numbers {
-            retry_window: Some(Num::Int(-9_999_999_999_999_999_999_999)),
-            grant: Some(Num::Int(1)),
-            ..Numbers::default()
-        };
-        assert!(matches!(StoredNumbers::of(&wide), StoredNumbers::Wide(_)));
-        assert_eq!(StoredNumbers::of(&wide).get(), wide);
-        assert_eq!(
-            StoredNumbers::of(&Numbers::default()).get(),
-            Numbers::default()
-        );
+    fn numbers_round_trip_every_kind_of_value() {
+        let edge = (1i128 << 64) - 1;
+        let values = [
+            None,
+            Some(Num::Int(0)),
+            Some(Num::Int(5)),
+            Some(Num::Int(-7)),
+            Some(Num::Int(edge)),
+            Some(Num::Int(-edge)),
+            Some(Num::Int(i128::from(i64::MIN) - 1)),
+            Some(Num::Inf),
+            Some(Num::NegInf),
+        ];
+        for (k, v) in values.iter().enumerate() {
+            let mut a = [None; 14];
+            for (i, slot) in a.iter_mut().enumerate() {
+                *slot = values[(i + k) % values.len()];
+            }
+            let n = Numbers::from_array(a);
+            assert_eq!(n.to_array(), a);
+            for (i, name) in Numbers::NAMES.iter().enumerate() {
+                assert_eq!(n.get(name), a[i]);
+                assert_eq!(n.at(i), a[i]);
+            }
+            let mut m = n;
+            m.set_at(3, *v);
+            assert_eq!(m.attempt_budget(), *v);
+        }
+        let mut n = Numbers::default();
+        n.set_next_delay(Some(Num::Int(1)));
+        n.set_next_delay(None);
+        assert_eq!(n, Numbers::default());
+        assert!(!n.set("nope", Some(Num::Inf)));
+        n.set_at(2, Some(Num::Int(1 << 70)));
+        assert_eq!(n.lead_floor(), Some(Num::Int(edge)));
+        assert_eq!(n.at(14), None);
+    }
+
+    #[test]
+    fn warnings_are_a_set() {
+        let mut w = Warnings::new();
+        assert!(w.is_empty());
+        w.insert(Warning::ExtensionBudgetDepleting);
+        w.insert(Warning::ExtensionBudgetDepleting);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.get(0), Some(Warning::ExtensionBudgetDepleting));
+        assert_eq!(w.get(1), None);
+        assert_eq!(w.iter().collect::<Vec<_>>(), Warning::ALL);
+        assert_eq!(format!("{w:?}"), "[ExtensionBudgetDepleting]");
     }
 }

@@ -1,15 +1,15 @@
 //! The per-reservation state machine.
 
-use std::cell::OnceCell;
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
 use crate::arith::{self, RetryAfterError};
 use crate::decision::{
-    AttemptKind, Decision, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, StopReason,
-    StoredDecision, Warning,
+    AttemptKind, Decision, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, StopReason, Warning,
+    Warnings, slot,
 };
 use crate::error::{Error, ErrorKind};
 use crate::keys::{KeySource, UuidV4Keys};
@@ -189,11 +189,90 @@ impl Response {
     /// The `Retry-After` value in milliseconds (P-5, D-11): header names
     /// compare case-insensitively, exactly one value is allowed.
     pub fn retry_after_ms(&self) -> Result<u64, RetryAfterError> {
+        self.view().retry_after_ms()
+    }
+
+    /// A borrowed view of this response (see [`Heartbeat::handle_response_ref`]).
+    pub fn view(&self) -> ResponseRef<'_, Vec<u8>, Vec<u8>> {
+        ResponseRef {
+            status: self.status,
+            headers: &self.headers,
+            body: &self.body,
+            timing: self.timing,
+        }
+    }
+}
+
+/// An HTTP response to the outstanding attempt, borrowed from the caller
+/// (see [`Heartbeat::handle_response_ref`]): the status, the header
+/// name/value pairs in arrival order (any byte-slice-like types, e.g.
+/// `(&[u8], &[u8])` or `(Vec<u8>, Vec<u8>)`), the raw body and the timing.
+///
+/// ```
+/// use leasebeat::{ResponseRef, Timing};
+/// let headers = [("Retry-After", "2")];
+/// let r = ResponseRef::new(429, b"").headers(&headers);
+/// assert_eq!(r.retry_after_ms(), Ok(2_000));
+/// assert_eq!(r.timing, Timing::Measured);
+/// ```
+#[derive(Debug)]
+pub struct ResponseRef<'a, N = &'a [u8], V = &'a [u8]> {
+    /// The status code, 100..=999.
+    pub status: u16,
+    /// Header name/value pairs in arrival order; repeated headers repeat.
+    pub headers: &'a [(N, V)],
+    /// The raw body bytes (possibly empty).
+    pub body: &'a [u8],
+    /// Whether the round trip was measured.
+    pub timing: Timing,
+}
+
+impl<N, V> Clone for ResponseRef<'_, N, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<N, V> Copy for ResponseRef<'_, N, V> {}
+
+impl<'a> ResponseRef<'a> {
+    /// A response with this status and body, no headers, a measured round
+    /// trip.
+    pub fn new(status: u16, body: &'a [u8]) -> ResponseRef<'a> {
+        ResponseRef {
+            status,
+            headers: &[],
+            body,
+            timing: Timing::Measured,
+        }
+    }
+}
+
+impl<'a, N: AsRef<[u8]>, V: AsRef<[u8]>> ResponseRef<'a, N, V> {
+    /// The same response with these headers.
+    pub fn headers<N2, V2>(self, headers: &'a [(N2, V2)]) -> ResponseRef<'a, N2, V2> {
+        ResponseRef {
+            status: self.status,
+            headers,
+            body: self.body,
+            timing: self.timing,
+        }
+    }
+
+    /// Marks the round trip as unknown.
+    pub fn timing_unknown(mut self) -> Self {
+        self.timing = Timing::Unknown;
+        self
+    }
+
+    /// The `Retry-After` value in milliseconds (P-5, D-11): header names
+    /// compare case-insensitively, exactly one value is allowed.
+    pub fn retry_after_ms(&self) -> Result<u64, RetryAfterError> {
         let values: Vec<&[u8]> = self
             .headers
             .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(b"retry-after"))
-            .map(|(_, v)| v.as_slice())
+            .filter(|(n, _)| n.as_ref().eq_ignore_ascii_case(b"retry-after"))
+            .map(|(_, v)| v.as_ref())
             .collect();
         arith::parse_retry_after(&values)
     }
@@ -298,13 +377,64 @@ struct Anchor {
 #[derive(Clone, Copy, Debug)]
 struct FailureMark {
     elapsed: u64,
-    window: Option<Num>,
+    window: Option<SmallNum>,
+}
+
+/// A [`Num`] in 16 bytes, without `i128`'s 16-byte alignment (finite values
+/// lie strictly between -2^64 and 2^64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SmallNum {
+    NegInf,
+    Neg(u64),
+    Pos(u64),
+    Inf,
+}
+
+impl SmallNum {
+    fn of(n: Num) -> SmallNum {
+        match n {
+            Num::NegInf => SmallNum::NegInf,
+            Num::Inf => SmallNum::Inf,
+            Num::Int(v) if v >= 0 => SmallNum::Pos(u64::try_from(v).unwrap_or(u64::MAX)),
+            Num::Int(v) => SmallNum::Neg(u64::try_from(v.unsigned_abs()).unwrap_or(u64::MAX)),
+        }
+    }
+
+    fn get(self) -> Num {
+        match self {
+            SmallNum::NegInf => Num::NegInf,
+            SmallNum::Inf => Num::Inf,
+            SmallNum::Pos(m) => Num::Int(i128::from(m)),
+            SmallNum::Neg(m) => Num::Int(-i128::from(m)),
+        }
+    }
+}
+
+/// An `i128` as two words (8-byte aligned, like everything else in a
+/// heartbeat).
+#[derive(Clone, Copy, Debug, Default)]
+struct Split128 {
+    hi: i64,
+    lo: u64,
+}
+
+impl Split128 {
+    fn of(v: i128) -> Split128 {
+        Split128 {
+            hi: (v >> 64) as i64,
+            lo: v as u64,
+        }
+    }
+
+    fn get(self) -> i128 {
+        (i128::from(self.hi) << 64) | i128::from(self.lo)
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
 struct GrantBook {
     create_received_ns: u64,
-    sum_grants: i128,
+    sum_grants: Split128,
     last_expires_at: Option<u64>,
 }
 
@@ -336,7 +466,7 @@ enum Class {
 /// let body = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:a"],"remaining_ttl_ms":61500}"#;
 /// let d = hb.handle_response(id, Response::new(200).body(&body[..]), 1_500_000_000).unwrap();
 /// assert_eq!(d.at_ns, Some(38_500_000_000)); // 37 s after receipt
-/// assert_eq!(d.numbers.next_delay, Some(leasebeat::Num::Int(37_000)));
+/// assert_eq!(d.numbers.next_delay(), Some(leasebeat::Num::Int(37_000)));
 /// let d = hb.cancel(2_000_000_000).unwrap();
 /// assert_eq!(d.stop_reason(), Some(StopReason::Cancelled));
 /// ```
@@ -361,17 +491,15 @@ pub struct Heartbeat {
     last_event_ns: u64,
     attempt: Option<Attempt>,
     stopped: Option<StopReason>,
-    reservation_id: Option<String>,
+    reservation_id: Option<Arc<str>>,
     create_failed_once: bool,
     max_rtt: u64,
     anchor: Option<Anchor>,
     last_failure: Option<FailureMark>,
     zero_streak: u8,
     grants: GrantBook,
-    /// The most recent decision, compact; `last_full` is it as a
-    /// [`Decision`], built when [`Heartbeat::last_decision`] asks.
-    last: Option<StoredDecision>,
-    last_full: OnceCell<Box<Decision>>,
+    /// The most recent decision.
+    last: Option<Decision>,
 }
 
 impl fmt::Debug for Heartbeat {
@@ -432,7 +560,6 @@ impl Heartbeat {
             zero_streak: 0,
             grants: GrantBook::default(),
             last: None,
-            last_full: OnceCell::new(),
         })
     }
 
@@ -584,7 +711,7 @@ impl Heartbeat {
             ));
         }
         let mut hb = Heartbeat::with_key_source(config, keys)?;
-        hb.reservation_id = Some(reservation_id);
+        hb.reservation_id = Some(reservation_id.into());
         // The create key was never sent: give it and its place to the first
         // extension (it stays remembered when its source needs that).
         hb.key_index = 0;
@@ -651,11 +778,7 @@ impl Heartbeat {
 
     /// The most recent decision.
     pub fn last_decision(&self) -> Option<&Decision> {
-        let last = self.last.as_ref()?;
-        let full = self
-            .last_full
-            .get_or_init(|| Box::new(last.to_decision(self.reservation_id.as_deref())));
-        Some(full)
+        self.last.as_ref()
     }
 
     /// The outstanding attempt (to send, or in flight), unless stopped.
@@ -671,6 +794,7 @@ impl Heartbeat {
     // ----- polls -----
 
     /// What the caller must do now.
+    #[inline]
     pub fn poll_action(&self) -> Action<'_> {
         match (&self.attempt, self.stopped) {
             (_, Some(reason)) => Action::Stop(reason),
@@ -693,6 +817,7 @@ impl Heartbeat {
 
     /// The caller sent attempt `attempt_id` at `now_ns`. Sending later than
     /// due (a late timer) or earlier (a stalled clock) is accepted.
+    #[inline]
     pub fn handle_sent(&mut self, attempt_id: u64, now_ns: u64) -> Result<(), Error> {
         self.check_live(now_ns)?;
         let attempt = self.outstanding(attempt_id)?;
@@ -710,11 +835,38 @@ impl Heartbeat {
     }
 
     /// The HTTP response to attempt `attempt_id`, observed at `now_ns` (after
-    /// its complete body was received).
+    /// its complete body was received). Same as
+    /// [`Heartbeat::handle_response_ref`] with `response.view()`.
     pub fn handle_response(
         &mut self,
         attempt_id: u64,
         response: Response,
+        now_ns: u64,
+    ) -> Result<Decision, Error> {
+        self.handle_response_ref(attempt_id, response.view(), now_ns)
+    }
+
+    /// The HTTP response to attempt `attempt_id`, observed at `now_ns` (after
+    /// its complete body was received), borrowed: nothing is copied, so a
+    /// caller can pass the bytes of its own receive buffer. The decision is
+    /// the same as [`Heartbeat::handle_response`]'s for the same response.
+    ///
+    /// ```
+    /// use leasebeat::{Config, Heartbeat, ResponseRef};
+    /// let mut hb = Heartbeat::new(Config::new(60_000, Some(10_000))).unwrap();
+    /// let id = hb.attempt().unwrap().id;
+    /// hb.handle_sent(id, 0).unwrap();
+    /// let body = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:a"],"remaining_ttl_ms":61500}"#;
+    /// let headers: [(&[u8], &[u8]); 1] = [(b"content-type", b"application/json")];
+    /// let d = hb
+    ///     .handle_response_ref(id, ResponseRef::new(200, body).headers(&headers), 1_500_000_000)
+    ///     .unwrap();
+    /// assert_eq!(d.at_ns, Some(38_500_000_000));
+    /// ```
+    pub fn handle_response_ref<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        attempt_id: u64,
+        response: ResponseRef<'_, N, V>,
         now_ns: u64,
     ) -> Result<Decision, Error> {
         self.check_outcome(attempt_id, now_ns)?;
@@ -734,9 +886,9 @@ impl Heartbeat {
             Timing::Unknown => None,
         };
         match attempt.kind {
-            AttemptKind::Create => self.on_create_response(&response, rtt, now_ns),
+            AttemptKind::Create => self.on_create_response(response, rtt, now_ns),
             AttemptKind::Extend => {
-                let class = classify_extend(&response);
+                let class = classify_extend(response);
                 self.on_extend_outcome(class, rtt, now_ns)
             }
         }
@@ -778,6 +930,7 @@ impl Heartbeat {
 
     // ----- internals -----
 
+    #[inline]
     fn check_live(&self, now_ns: u64) -> Result<(), Error> {
         if let Some(reason) = self.stopped {
             return Err(Error::new(
@@ -797,6 +950,7 @@ impl Heartbeat {
         Ok(())
     }
 
+    #[inline]
     fn outstanding(&self, attempt_id: u64) -> Result<&Attempt, Error> {
         match &self.attempt {
             Some(a) if a.id == attempt_id => Ok(a),
@@ -814,6 +968,7 @@ impl Heartbeat {
         }
     }
 
+    #[inline]
     fn check_outcome(&self, attempt_id: u64, now_ns: u64) -> Result<(), Error> {
         self.check_live(now_ns)?;
         let attempt = self.outstanding(attempt_id)?;
@@ -827,6 +982,7 @@ impl Heartbeat {
     }
 
     /// A new key, validated but not yet recorded as used.
+    #[inline]
     fn fresh_key(&mut self) -> Result<String, Error> {
         let mut key = std::mem::take(&mut self.spare_key);
         self.keys.write_key(&mut key);
@@ -861,24 +1017,49 @@ impl Heartbeat {
     /// `{"extend_by_ms":N,"idempotency_key":"..."}` (members in
     /// lexicographic order). With `reuse`, written into the finished
     /// attempt's body buffer.
+    #[inline]
     fn extend_body(&mut self, key: &str, reuse: bool) -> Vec<u8> {
+        // `{"extend_by_ms":` + the ttl's digits + `,"idempotency_key":`
+        let ttl = self.config.ttl_ms;
+        // (ttl_ms is 1000..=86400000: 4 to 8 digits.)
+        let digits = match ttl {
+            0..=9_999 => 4,
+            10_000..=99_999 => 5,
+            100_000..=999_999 => 6,
+            1_000_000..=9_999_999 => 7,
+            _ => 8,
+        };
+        debug_assert_eq!(digits, itoa::Buffer::new().format(ttl).len());
+        let prefix_len = 16 + digits + 19;
         let mut body = match self.attempt.as_mut() {
-            Some(a) if reuse && a.body.capacity() <= MAX_SPARE_BYTES => std::mem::take(&mut a.body),
+            // An extend body built here with the same ttl: the prefix is
+            // there. (A create body's buffer is not reused: it would grow.)
+            Some(a)
+                if reuse
+                    && a.kind == AttemptKind::Extend
+                    && a.body.capacity() <= MAX_SPARE_BYTES
+                    && a.body.len() > prefix_len =>
+            {
+                let mut body = std::mem::take(&mut a.body);
+                body.truncate(prefix_len);
+                body
+            }
             _ => Vec::new(),
         };
-        body.clear();
-        let mut ttl = itoa::Buffer::new();
-        let ttl = ttl.format(self.config.ttl_ms).as_bytes();
-        body.reserve(16 + ttl.len() + 19 + key.len() + 3);
-        body.extend_from_slice(b"{\"extend_by_ms\":");
-        body.extend_from_slice(ttl);
-        body.extend_from_slice(b",\"idempotency_key\":");
+        if body.is_empty() {
+            body.reserve_exact(prefix_len + key.len() + 3);
+            body.extend_from_slice(b"{\"extend_by_ms\":");
+            body.extend_from_slice(itoa::Buffer::new().format(ttl).as_bytes());
+            body.extend_from_slice(b",\"idempotency_key\":");
+        }
+        debug_assert_eq!(body.len(), prefix_len);
         // (No short circuit: the check vectorizes.)
         let plain = !key.bytes().fold(false, |bad, b| {
             bad | (b < 0x20) | (b == b'"') | (b == b'\\')
         });
         if plain {
             // Nothing to escape: exactly what serde_json writes.
+            body.reserve(key.len() + 3);
             body.push(b'"');
             body.extend_from_slice(key.as_bytes());
             body.push(b'"');
@@ -896,6 +1077,7 @@ impl Heartbeat {
         }
     }
 
+    #[inline]
     fn install_attempt(
         &mut self,
         kind: AttemptKind,
@@ -958,12 +1140,12 @@ impl Heartbeat {
     }
 
     #[inline]
-    fn record(&mut self, d: &mut Decision) {
-        if let Some(text) = d.detail.as_mut() {
+    fn record(&mut self, d: Decision) -> Decision {
+        let last = self.last.insert(d);
+        if let Some(text) = last.detail.as_mut() {
             cap_detail(text);
         }
-        self.last = Some(StoredDecision::of(d));
-        self.last_full = OnceCell::new();
+        last.clone()
     }
 
     fn stop(
@@ -974,10 +1156,24 @@ impl Heartbeat {
         numbers: Numbers,
         detail: Option<String>,
     ) -> Decision {
+        self.stop_with(reason, outcome, mode, numbers, detail, (None, None))
+    }
+
+    /// A stop; `instants` are the deciding success's `expires_at_ms` and
+    /// `remaining_ttl_ms`, if a success decided it.
+    fn stop_with(
+        &mut self,
+        reason: StopReason,
+        outcome: OutcomeClass,
+        mode: Option<Mode>,
+        numbers: Numbers,
+        detail: Option<String>,
+        instants: (Option<u64>, Option<u64>),
+    ) -> Decision {
         self.stopped = Some(reason);
         self.attempt = None;
         let proven_until_ns = self.proven_until_ns();
-        let mut d = Decision {
+        self.record(Decision {
             reservation_id: self.reservation_id.clone(),
             next: Next::Stop(reason),
             at_ns: None,
@@ -985,15 +1181,13 @@ impl Heartbeat {
             key_index: None,
             mode,
             numbers,
-            warnings: Vec::new(),
+            warnings: Warnings::new(),
             outcome,
             detail,
             proven_until_ns,
-            expires_at_ms: None,
-            remaining_ttl_ms: None,
-        };
-        self.record(&mut d);
-        d
+            expires_at_ms: instants.0,
+            remaining_ttl_ms: instants.1,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1006,12 +1200,13 @@ impl Heartbeat {
         key_index: u32,
         mode: Option<Mode>,
         numbers: Numbers,
-        warnings: Vec<Warning>,
+        warnings: Warnings,
         outcome: OutcomeClass,
         detail: Option<String>,
+        instants: (Option<u64>, Option<u64>),
     ) -> Decision {
         let proven_until_ns = self.proven_until_ns();
-        let mut d = Decision {
+        self.record(Decision {
             reservation_id: self.reservation_id.clone(),
             next: Next::Send(kind),
             at_ns: due_ns,
@@ -1023,14 +1218,13 @@ impl Heartbeat {
             outcome,
             detail,
             proven_until_ns,
-            expires_at_ms: None,
-            remaining_ttl_ms: None,
-        };
-        self.record(&mut d);
-        d
+            expires_at_ms: instants.0,
+            remaining_ttl_ms: instants.1,
+        })
     }
 
     /// D-15: receipt of the last primary success plus its lead floor.
+    #[inline]
     fn proven_until_ns(&self) -> Option<u64> {
         self.anchor
             .filter(|a| a.mode == Mode::Primary)
@@ -1039,15 +1233,15 @@ impl Heartbeat {
 
     // ----- create -----
 
-    fn on_create_response(
+    fn on_create_response<N: AsRef<[u8]>, V: AsRef<[u8]>>(
         &mut self,
-        response: &Response,
+        response: ResponseRef<'_, N, V>,
         rtt: Option<u64>,
         now_ns: u64,
     ) -> Result<Decision, Error> {
         let status = response.status;
         match status {
-            200 => match schema::create_response(&response.body) {
+            200 => match schema::create_response(response.body) {
                 Ok(body) => {
                     let no_reservation = if body.decision == "DENY" {
                         Some("the create was denied (decision DENY)".to_owned())
@@ -1073,10 +1267,10 @@ impl Heartbeat {
                     }
                     let key = self.fresh_key()?;
                     self.last_event_ns = now_ns;
-                    self.reservation_id = body.reservation_id;
+                    self.reservation_id = body.reservation_id.map(Arc::from);
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
-                        sum_grants: 0,
+                        sum_grants: Split128::default(),
                         last_expires_at: body.expires_at_ms,
                     };
                     Ok(self.on_success(
@@ -1115,7 +1309,7 @@ impl Heartbeat {
             }
             400..=499 => {
                 self.last_event_ns = now_ns;
-                let code = schema::error_code(&response.body)
+                let code = schema::error_code(response.body)
                     .map(|c| format!(" ({c})"))
                     .unwrap_or_default();
                 Ok(self.stop(
@@ -1163,9 +1357,10 @@ impl Heartbeat {
             key_index,
             None,
             Numbers::default(),
-            Vec::new(),
+            Warnings::new(),
             outcome,
             Some(format!("{detail}; one immediate same-key create retry")),
+            (None, None),
         )
     }
 
@@ -1183,44 +1378,26 @@ impl Heartbeat {
         rtt: Option<u64>,
         now_ns: u64,
     ) -> Decision {
-        let mut d = self.on_success_inner(new_key, remaining, grant, rtt, now_ns);
-        d.expires_at_ms = expires_at;
-        d.remaining_ttl_ms = remaining;
-        if let Some(last) = self.last.as_mut() {
-            last.set_instants(expires_at, remaining);
-        }
-        d
-    }
-
-    #[inline]
-    fn on_success_inner(
-        &mut self,
-        new_key: String,
-        remaining: Option<u64>,
-        grant: Option<i128>,
-        rtt: Option<u64>,
-        now_ns: u64,
-    ) -> Decision {
         if let Some(r) = rtt {
             self.max_rtt = self.max_rtt.max(r);
         }
         let previous = self.anchor;
         self.last_failure = None;
-        let mut numbers = Numbers {
-            rtt: rtt.map(Num::from_ms),
-            max_rtt: Some(Num::from_ms(self.max_rtt)),
-            ..Numbers::default()
-        };
-        let mut warnings = Vec::new();
+        let mut numbers = Numbers::default();
+        if let Some(rtt) = rtt {
+            numbers.put_ms(slot::rtt, rtt);
+        }
+        numbers.put_ms(slot::max_rtt, self.max_rtt);
+        let mut warnings = Warnings::new();
         let (mode, delay, lead_floor, cadence) = match remaining {
             Some(remaining) => {
                 let s =
                     arith::primary_schedule(remaining, rtt, self.config.timeout(), self.max_rtt);
-                numbers.lead_floor = Some(Num::from_ms(s.lead_floor));
-                numbers.attempt_budget = Some(Num::from_ms(s.attempt_budget));
-                numbers.safety_margin = Some(Num::from_ms(s.safety_margin));
-                numbers.retry_reserve = Some(Num::from_ms(s.retry_reserve));
-                numbers.next_delay = Some(Num::from_ms(s.next_delay));
+                numbers.put_ms(slot::lead_floor, s.lead_floor);
+                numbers.put_ms(slot::attempt_budget, s.attempt_budget);
+                numbers.put_ms(slot::safety_margin, s.safety_margin);
+                numbers.put_ms(slot::retry_reserve, s.retry_reserve);
+                numbers.put_ms(slot::next_delay, s.next_delay);
                 // HB-33 / D-13: only primary successes count toward the streak.
                 if s.next_delay == 0 {
                     self.zero_streak = self.zero_streak.saturating_add(1);
@@ -1236,11 +1413,11 @@ impl Heartbeat {
             }
             None => {
                 let lead_min = self.lead_min(now_ns);
-                numbers.lead_min = Some(Num::Int(lead_min));
+                numbers.set_lead_min(Some(Num::Int(lead_min)));
                 match grant {
                     // FB-02: the first beat right after the create.
                     None => {
-                        numbers.next_delay = Some(Num::Int(0));
+                        numbers.put_ms(slot::next_delay, 0);
                         (Mode::Fallback, 0, 0, None)
                     }
                     Some(grant) => {
@@ -1250,12 +1427,12 @@ impl Heartbeat {
                         let c = arith::fallback_cadence(grant, since_previous, self.config.ttl_ms);
                         let skips = arith::fallback_skips(lead_min, grant, c.cadence);
                         let delay = c.cadence.saturating_mul(skips.saturating_add(1));
-                        numbers.grant = Some(Num::Int(grant));
-                        numbers.cadence = Some(Num::from_ms(c.cadence));
-                        numbers.skips = Some(Num::from_ms(skips));
-                        numbers.next_delay = Some(Num::from_ms(delay));
+                        numbers.set_grant(Some(Num::Int(grant)));
+                        numbers.put_ms(slot::cadence, c.cadence);
+                        numbers.put_ms(slot::skips, skips);
+                        numbers.put_ms(slot::next_delay, delay);
                         if c.hold {
-                            warnings.push(Warning::ExtensionBudgetDepleting);
+                            warnings.insert(Warning::ExtensionBudgetDepleting);
                         }
                         // D-13: a positive-delay success in either mode resets.
                         if delay > 0 {
@@ -1273,12 +1450,13 @@ impl Heartbeat {
             cadence,
         });
         if mode == Mode::Primary && self.zero_streak >= 2 {
-            return self.stop(
+            return self.stop_with(
                 StopReason::LeaseTooShort,
                 OutcomeClass::Success,
                 Some(mode),
                 numbers,
                 Some("two consecutive successes gave next_delay 0: the lease is shorter than its retry-safety budget".into()),
+                (expires_at, remaining),
             );
         }
         let due = arith::due_after(now_ns, delay);
@@ -1297,6 +1475,7 @@ impl Heartbeat {
             warnings,
             OutcomeClass::Success,
             None,
+            (expires_at, remaining),
         )
     }
 
@@ -1312,7 +1491,10 @@ impl Heartbeat {
     /// receipt.
     fn lead_min(&self, now_ns: u64) -> i128 {
         let elapsed = arith::ceil_ms(now_ns.saturating_sub(self.grants.create_received_ns));
-        self.grants.sum_grants.saturating_sub(i128::from(elapsed))
+        self.grants
+            .sum_grants
+            .get()
+            .saturating_sub(i128::from(elapsed))
     }
 
     // ----- extend outcomes -----
@@ -1345,7 +1527,7 @@ impl Heartbeat {
                     // the grant bookkeeping as a create would (FB-01/02).
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
-                        sum_grants: 0,
+                        sum_grants: Split128::default(),
                         last_expires_at: Some(expires_at),
                     };
                     return Ok(self.on_success(
@@ -1361,7 +1543,8 @@ impl Heartbeat {
                     Some(prev) => i128::from(expires_at) - i128::from(prev),
                     None => 0,
                 };
-                self.grants.sum_grants = self.grants.sum_grants.saturating_add(grant);
+                self.grants.sum_grants =
+                    Split128::of(self.grants.sum_grants.get().saturating_add(grant));
                 self.grants.last_expires_at = Some(expires_at);
                 Ok(self.on_success(key, remaining, Some(expires_at), Some(grant), rtt, now_ns))
             }
@@ -1414,17 +1597,17 @@ impl Heartbeat {
                 let budget = arith::attempt_budget(self.config.timeout(), self.max_rtt);
                 let margin = arith::safety_margin(self.max_rtt);
                 let r = arith::retry_window(anchor.lead_floor, elapsed, budget, margin);
-                numbers.max_rtt = Some(Num::from_ms(self.max_rtt));
-                numbers.lead_floor = Some(Num::from_ms(anchor.lead_floor));
-                numbers.lead = Some(Num::from_ms(r.lead));
-                numbers.attempt_budget = Some(Num::from_ms(budget));
-                numbers.safety_margin = Some(Num::from_ms(margin));
-                numbers.retry_window = Some(r.window);
+                numbers.put_ms(slot::max_rtt, self.max_rtt);
+                numbers.put_ms(slot::lead_floor, anchor.lead_floor);
+                numbers.put_ms(slot::lead, r.lead);
+                numbers.put_ms(slot::attempt_budget, budget);
+                numbers.put_ms(slot::safety_margin, margin);
+                numbers.set_retry_window(Some(r.window));
                 Some(r)
             }
             Mode::Fallback => {
-                numbers.lead_min = Some(Num::Int(self.lead_min(now_ns)));
-                numbers.cadence = Some(Num::from_ms(self.fallback_cadence(anchor)));
+                numbers.set_lead_min(Some(Num::Int(self.lead_min(now_ns))));
+                numbers.put_ms(slot::cadence, self.fallback_cadence(anchor));
                 None
             }
         };
@@ -1453,11 +1636,14 @@ impl Heartbeat {
         // Check 4 (HB-28, D-6, P-4): a consecutive failure must show progress.
         let mark = FailureMark {
             elapsed,
-            window: window.map(|r| r.window),
+            window: window.map(|r| SmallNum::of(r.window)),
         };
         if let Some(prev) = self.last_failure {
             let advanced = elapsed > prev.elapsed;
-            let shrank = match (mark.window, prev.window) {
+            let shrank = match (
+                mark.window.map(SmallNum::get),
+                prev.window.map(SmallNum::get),
+            ) {
                 (Some(now), Some(before)) => now < before,
                 _ => false,
             };
@@ -1523,7 +1709,7 @@ impl Heartbeat {
                 (delay, false)
             }
         };
-        numbers.retry_delay = Some(Num::from_ms(delay));
+        numbers.put_ms(slot::retry_delay, delay);
         let due = arith::due_after(now_ns, delay);
         let (key_index, kind) = self.retry_same(due, zero_window);
         self.send_decision(
@@ -1533,9 +1719,10 @@ impl Heartbeat {
             key_index,
             mode,
             numbers,
-            Vec::new(),
+            Warnings::new(),
             outcome,
             Some(detail),
+            (None, None),
         )
     }
 }
@@ -1579,11 +1766,12 @@ fn cap_detail(text: &mut String) {
 }
 
 /// Classifies an extend response (HB-18, P-3), first match wins.
-fn classify_extend(response: &Response) -> Class {
+#[inline]
+fn classify_extend<N: AsRef<[u8]>, V: AsRef<[u8]>>(response: ResponseRef<'_, N, V>) -> Class {
     let status = response.status;
     if (200..=299).contains(&status) {
         if status == 200 {
-            return match schema::extend_response(&response.body) {
+            return match schema::extend_response(response.body) {
                 Ok(b) => Class::Success {
                     remaining: b.remaining_ttl_ms,
                     expires_at: Some(b.expires_at_ms),
@@ -1598,7 +1786,7 @@ fn classify_extend(response: &Response) -> Class {
             format!("ambiguous {status}: only 200 with a valid body is a success"),
         );
     }
-    let code = schema::error_code(&response.body);
+    let code = schema::error_code(response.body);
     if let Some(reason) = code.as_deref().and_then(permanent_reason) {
         return Class::Stop(
             reason,

@@ -402,23 +402,64 @@ pub(crate) fn extend_fast(b: &[u8]) -> Option<(u64, Option<u64>)> {
     // A plain non-negative integer literal of 1..=18 digits (below 2^63).
     #[inline]
     fn int(b: &[u8], i: usize) -> Option<(u64, usize)> {
+        const POW10: [u64; 9] = [
+            1,
+            10,
+            100,
+            1_000,
+            10_000,
+            100_000,
+            1_000_000,
+            10_000_000,
+            100_000_000,
+        ];
         let rest = b.get(i..)?;
         let (mut v, mut n) = (0u64, 0usize);
-        for &c in rest.iter().take(19) {
-            let d = c.wrapping_sub(b'0');
-            if d > 9 {
+        // Eight bytes at a time (SWAR): how many leading bytes are digits,
+        // then those digits' value in three multiplications.
+        loop {
+            let x = load8(rest, n);
+            let t = (x & 0xf0f0_f0f0_f0f0_f0f0)
+                | ((x.wrapping_add(0x0606_0606_0606_0606) & 0xf0f0_f0f0_f0f0_f0f0) >> 4);
+            // Bytes before the first non-digit are exact (a carry only
+            // moves up, to later bytes).
+            let k = ((t ^ 0x3333_3333_3333_3333).trailing_zeros() / 8) as usize;
+            if k == 0 {
                 break;
             }
-            v = v * 10 + u64::from(d);
-            n += 1;
+            if n + k > 18 {
+                return None;
+            }
+            // The k digits at the top bytes, zeros (leading digits 0) below.
+            let mut d = x.wrapping_sub(0x3030_3030_3030_3030) << (8 * (8 - k));
+            d = (d.wrapping_mul(10) + (d >> 8)) & 0x00ff_00ff_00ff_00ff;
+            d = (d.wrapping_mul(100) + (d >> 16)) & 0x0000_ffff_0000_ffff;
+            d = (d.wrapping_mul(10_000) + (d >> 32)) & 0xffff_ffff;
+            v = v * POW10[k] + d;
+            n += k;
+            if k < 8 {
+                break;
+            }
         }
-        if n == 0 || n > 18 || (n > 1 && rest[0] == b'0') {
+        if n == 0 || (n > 1 && rest[0] == b'0') {
             return None;
         }
         if let Some(b'.' | b'e' | b'E') = rest.get(n) {
             return None;
         }
         Some((v, i + n))
+    }
+    // Eight bytes from `at` (little-endian), zero bytes past the end.
+    #[inline]
+    fn load8(b: &[u8], at: usize) -> u64 {
+        if let Some(chunk) = b.get(at..).and_then(|t| t.first_chunk::<8>()) {
+            return u64::from_le_bytes(*chunk);
+        }
+        let mut buf = [0u8; 8];
+        let tail = b.get(at..).unwrap_or_default();
+        let m = tail.len().min(8);
+        buf[..m].copy_from_slice(&tail[..m]);
+        u64::from_le_bytes(buf)
     }
     // The exact text servers write: `{"status":"ACTIVE","expires_at_ms":E}`
     // or `{"status":"ACTIVE","expires_at_ms":E,"remaining_ttl_ms":R}`.

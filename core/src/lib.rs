@@ -72,12 +72,12 @@ pub mod sim;
 
 pub use decision::{
     AttemptKind, Decision, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, StopReason, Warning,
-    ns_to_ms_json,
+    Warnings, ns_to_ms_json,
 };
 pub use error::{Error, ErrorKind};
 pub use heartbeat::{
     Action, AdoptedCreate, Attempt, Config, CreateOutcome, DEFAULT_TTL_MS, DETAIL_CUT_MARKER,
     Heartbeat, MAX_DETAIL_BYTES, MAX_KEY_CHARS, MAX_REMEMBERED_KEYS, MAX_TTL_MS, MIN_TTL_MS,
-    Response, Timing, TransportFailure, permanent_reason,
+    Response, ResponseRef, Timing, TransportFailure, permanent_reason,
 };
 pub use keys::{KeySource, SequentialKeys, UuidV4Keys};

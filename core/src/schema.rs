@@ -442,6 +442,22 @@ mod tests {
             br#"{"status":"ACTIVE","expires_at_ms":-0,"remaining_ttl_ms":01}"#,
             br#"{"status":"ACTIVE","expires_at_ms":5,"balances":[]}"#,
         ];
+        // Every length of number, 1 to 20 digits, in each position (the
+        // fast path reads eight digits at a time).
+        let mut generated = Vec::new();
+        for n in 1..=20 {
+            let d = &"98765432101234567890"[..n];
+            generated.push(format!(
+                r#"{{"status":"ACTIVE","expires_at_ms":{d},"remaining_ttl_ms":{d}}}"#
+            ));
+            generated.push(format!(r#"{{"status":"ACTIVE","expires_at_ms":{d}}}"#));
+            generated.push(format!(r#" {{"expires_at_ms": {d} ,"status":"ACTIVE"}}"#));
+        }
+        let bases: Vec<&[u8]> = bases
+            .iter()
+            .copied()
+            .chain(generated.iter().map(|g| g.as_bytes()))
+            .collect();
         let mut fast = 0;
         for base in bases {
             // The body itself, every prefix, and every one-byte change to a

@@ -200,7 +200,7 @@ fn an_overflowing_due_time_is_infinite() {
     assert_eq!(d.at_ns, None);
     assert_eq!(d.to_json()["at"], "inf");
     assert_eq!(
-        d.numbers.next_delay,
+        d.numbers.next_delay(),
         Some(Num::Int(i128::from(i64::MAX) - 5 - 3_000))
     );
     assert_eq!(hb.poll_timeout(), None);
@@ -239,7 +239,7 @@ fn an_existing_reservation_starts_with_an_extension() {
     let d = hb
         .handle_response(1, Response::new(200).body(ok), 1_000 * MS)
         .unwrap();
-    assert_eq!(d.numbers.next_delay, Some(Num::Int(59_000 - 22_000)));
+    assert_eq!(d.numbers.next_delay(), Some(Num::Int(59_000 - 22_000)));
     assert_eq!(d.key_index, Some(2));
 
     // Before any success nothing proves a lead: a transient failure stops.

@@ -225,13 +225,13 @@ fn check_decision(
         }
     }
     if d.outcome == leasebeat::OutcomeClass::Success && d.mode == Some(Mode::Primary) {
-        if num(d.numbers.next_delay) == 0 {
+        if num(d.numbers.next_delay()) == 0 {
             c.zero_streak += 1;
         } else {
             c.zero_streak = 0;
         }
         prop_assert!(c.zero_streak <= 1 || d.stop_reason().is_some());
-    } else if d.outcome == leasebeat::OutcomeClass::Success && num(d.numbers.next_delay) > 0 {
+    } else if d.outcome == leasebeat::OutcomeClass::Success && num(d.numbers.next_delay()) > 0 {
         c.zero_streak = 0;
     }
     if d.mode != Some(Mode::Primary) {
@@ -250,7 +250,7 @@ fn check_decision(
     let own_reserve = own_budget.saturating_mul(2).saturating_add(own_margin);
     match d.key {
         Some(KeyUse::New) => {
-            let delay = num(d.numbers.next_delay);
+            let delay = num(d.numbers.next_delay());
             if delay > 0 {
                 let reserve = own_reserve;
                 // S-1

@@ -70,8 +70,9 @@ pub struct lb_numbers {
 
 impl lb_numbers {
     fn from_core(n: &Numbers) -> lb_numbers {
-        // Destructured so that a new core number fails to compile here.
-        let Numbers {
+        // Destructured in `Numbers::NAMES` order, so that a new core number
+        // fails to compile here.
+        let [
             rtt,
             max_rtt,
             lead_floor,
@@ -86,7 +87,7 @@ impl lb_numbers {
             grant,
             cadence,
             skips,
-        } = *n;
+        ] = n.to_array();
         lb_numbers {
             rtt: lb_num::from_option(rtt),
             max_rtt: lb_num::from_option(max_rtt),
@@ -329,7 +330,7 @@ pub extern "C" fn lb_decision_warning(
             ))
         })?;
         // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, lb_warning::from_core(*w)) };
+        unsafe { write_out(out, lb_warning::from_core(w)) };
         Ok(())
     })
 }

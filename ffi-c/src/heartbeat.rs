@@ -4,8 +4,8 @@ use std::ffi::c_char;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use leasebeat::{
-    Action, AdoptedCreate, Config, CreateOutcome, Heartbeat, KeySource, Response, SequentialKeys,
-    Timing, TransportFailure, UuidV4Keys,
+    Action, AdoptedCreate, Config, CreateOutcome, Heartbeat, KeySource, Response, ResponseRef,
+    SequentialKeys, Timing, TransportFailure, UuidV4Keys,
 };
 use serde_json::Value;
 
@@ -686,8 +686,9 @@ pub extern "C" fn lb_heartbeat_handle_response(
     mutate(hb, |hb| {
         // SAFETY: the pointers are NULL (with 0) or valid for their lengths,
         // by the caller's promise.
-        let response = unsafe {
-            response_from_c(
+        // Borrowed, not copied: the core reads the caller's bytes in place.
+        let parts = unsafe {
+            response_parts_from_c(
                 status,
                 headers,
                 header_count,
@@ -697,18 +698,35 @@ pub extern "C" fn lb_heartbeat_handle_response(
                 "",
             )
         }?;
-        hb.handle_response(attempt_id, response, now_ns)?;
+        hb.handle_response_ref(attempt_id, parts.as_ref(), now_ns)?;
         Ok(())
     })
 }
 
-/// The core's form of a response given as C pointers. `prefix` names the
-/// struct the fields came from in error messages (e.g. `"create->"`).
+/// A response given as C pointers, borrowed (see [`response_parts_from_c`]).
+struct ResponseParts<'a> {
+    status: u16,
+    headers: Vec<(&'a [u8], &'a [u8])>,
+    body: &'a [u8],
+    timing: Timing,
+}
+
+impl ResponseParts<'_> {
+    fn as_ref(&self) -> ResponseRef<'_> {
+        ResponseRef {
+            status: self.status,
+            headers: &self.headers,
+            body: self.body,
+            timing: self.timing,
+        }
+    }
+}
+
+/// The core's owned form of a response given as C pointers (see
+/// [`response_parts_from_c`]).
 ///
 /// # Safety
-/// `headers` is NULL (with a count of 0) or valid for `header_count`
-/// elements whose pointers are NULL (with 0) or valid for their lengths;
-/// `body` is NULL (with 0) or valid for `body_len` bytes.
+/// As [`response_parts_from_c`].
 unsafe fn response_from_c(
     status: u32,
     headers: *const lb_header,
@@ -718,9 +736,51 @@ unsafe fn response_from_c(
     timing_unknown: bool,
     prefix: &str,
 ) -> Result<Response, Fail> {
+    // SAFETY: forwarded unchanged under the same contract.
+    let p = unsafe {
+        response_parts_from_c(
+            status,
+            headers,
+            header_count,
+            body,
+            body_len,
+            timing_unknown,
+            prefix,
+        )
+    }?;
+    Ok(Response {
+        status: p.status,
+        headers: p
+            .headers
+            .iter()
+            .map(|(n, v)| (n.to_vec(), v.to_vec()))
+            .collect(),
+        body: p.body.to_vec(),
+        timing: p.timing,
+    })
+}
+
+/// A response given as C pointers, borrowing the caller's bytes (a vector
+/// of header slices only when there are headers). `prefix` names the struct
+/// the fields came from in error messages (e.g. `"create->"`).
+///
+/// # Safety
+/// `headers` is NULL (with a count of 0) or valid for `header_count`
+/// elements whose pointers are NULL (with 0) or valid for their lengths;
+/// `body` is NULL (with 0) or valid for `body_len` bytes; all of them stay
+/// unchanged while the result is in use.
+unsafe fn response_parts_from_c<'a>(
+    status: u32,
+    headers: *const lb_header,
+    header_count: usize,
+    body: *const u8,
+    body_len: usize,
+    timing_unknown: bool,
+    prefix: &str,
+) -> Result<ResponseParts<'a>, Fail> {
     // (Argument names are formatted only for an error message.)
     // SAFETY: `headers` is NULL (with 0) or valid for `header_count` elements.
-    let raw_headers =
+    let raw_headers: &'a [lb_header] =
         unsafe { try_slice_named(headers, header_count, || format!("{prefix}headers")) }?;
     let mut pairs = Vec::with_capacity(raw_headers.len());
     for (i, h) in raw_headers.iter().enumerate() {
@@ -734,7 +794,7 @@ unsafe fn response_from_c(
                 format!("{prefix}headers[{i}].value")
             })
         }?;
-        pairs.push((name.to_vec(), value.to_vec()));
+        pairs.push((name, value));
     }
     // SAFETY: `body` is NULL (with 0) or valid for `body_len` bytes.
     let body = unsafe { try_slice_named(body, body_len, || format!("{prefix}body")) }?;
@@ -743,10 +803,10 @@ unsafe fn response_from_c(
             "HTTP status must be within 100..=999, got {status}"
         ))
     })?;
-    Ok(Response {
+    Ok(ResponseParts {
         status,
         headers: pairs,
-        body: body.to_vec(),
+        body,
         timing: if timing_unknown {
             Timing::Unknown
         } else {

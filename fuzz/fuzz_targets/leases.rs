@@ -122,7 +122,7 @@ fuzz_target!(|data: &[u8]| {
                 }
                 // S-3
                 if d.outcome == OutcomeClass::Success {
-                    if d.numbers.next_delay == Some(leasebeat::Num::Int(0)) {
+                    if d.numbers.next_delay() == Some(leasebeat::Num::Int(0)) {
                         zero_streak += 1;
                     } else {
                         zero_streak = 0;
@@ -140,7 +140,7 @@ fuzz_target!(|data: &[u8]| {
                 let budget = timeout_ms.max(1000).max(two_rtt);
                 let margin = two_rtt.max(1000);
                 match d.key {
-                    Some(KeyUse::New) if d.numbers.next_delay != Some(leasebeat::Num::Int(0)) => {
+                    Some(KeyUse::New) if d.numbers.next_delay() != Some(leasebeat::Num::Int(0)) => {
                         // S-1
                         assert!(at + (2 * budget + margin) * NS <= expiry, "S-1");
                     }

@@ -38,7 +38,7 @@
 //! never used after it was freed (a read/write lock plus a `Cleaner`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use jni::errors::ThrowRuntimeExAndDefault;
 use jni::objects::{JByteArray, JClass, JLongArray, JObjectArray, JString};
@@ -49,7 +49,7 @@ use leasebeat::arith;
 use leasebeat::{
     Action, AdoptedCreate, Attempt, AttemptKind, Config, CreateOutcome, Decision, ErrorKind,
     Heartbeat, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, Response, SequentialKeys,
-    StopReason, TransportFailure, Warning,
+    StopReason, TransportFailure, Warning, Warnings,
 };
 use serde_json::Value;
 
@@ -145,74 +145,19 @@ fn java_reason(reason: StopReason) -> &'static str {
     }
 }
 
-/// The numbers of a decision in `Numbers::NAMES` order (checked by
-/// [`numbers_order_ok`]); the struct literal in [`numbers_from`] makes a new
-/// number a compile error here.
-fn numbers_array(n: &Numbers) -> [Option<Num>; 14] {
-    [
-        n.rtt,
-        n.max_rtt,
-        n.lead_floor,
-        n.attempt_budget,
-        n.safety_margin,
-        n.retry_reserve,
-        n.next_delay,
-        n.lead,
-        n.retry_window,
-        n.retry_delay,
-        n.lead_min,
-        n.grant,
-        n.cadence,
-        n.skips,
-    ]
-}
-
-fn numbers_from(a: [Option<Num>; 14]) -> Numbers {
-    let [
-        rtt,
-        max_rtt,
-        lead_floor,
-        attempt_budget,
-        safety_margin,
-        retry_reserve,
-        next_delay,
-        lead,
-        retry_window,
-        retry_delay,
-        lead_min,
-        grant,
-        cadence,
-        skips,
-    ] = a;
-    Numbers {
-        rtt,
-        max_rtt,
-        lead_floor,
-        attempt_budget,
-        safety_margin,
-        retry_reserve,
-        next_delay,
-        lead,
-        retry_window,
-        retry_delay,
-        lead_min,
-        grant,
-        cadence,
-        skips,
-    }
-}
-
-/// Whether [`numbers_array`] follows `Numbers::NAMES` (the order Java uses).
+/// Whether `Numbers::to_array` follows `Numbers::NAMES` (the order Java
+/// uses).
 fn numbers_order_ok() -> bool {
     let mut a = [None; 14];
     for (i, v) in a.iter_mut().enumerate() {
         *v = Some(Num::Int(i as i128));
     }
-    let n = numbers_from(a);
+    let n = Numbers::from_array(a);
     Numbers::NAMES.len() == 14
-        && Numbers::NAMES.iter().enumerate().all(|(i, name)| {
-            n.get(name) == Some(Num::Int(i as i128)) && numbers_array(&n)[i] == a[i]
-        })
+        && Numbers::NAMES
+            .iter()
+            .enumerate()
+            .all(|(i, name)| n.get(name) == Some(Num::Int(i as i128)) && n.to_array()[i] == a[i])
 }
 
 // ----- slot layouts (mirrored in Slots.java) -----
@@ -770,7 +715,7 @@ fn put_decision(out: &mut Out, o: usize, oo: usize, d: &Decision) -> Result<(), 
     s[dec::FLAGS] = flags;
     s[dec::OUTCOME] = outcome_index(d.outcome);
     let mut tags = 0i64;
-    for (i, n) in numbers_array(&d.numbers).into_iter().enumerate() {
+    for (i, n) in d.numbers.to_array().into_iter().enumerate() {
         let tag = match n {
             None => 0,
             Some(Num::Int(v)) => {
@@ -789,7 +734,7 @@ fn put_decision(out: &mut Out, o: usize, oo: usize, d: &Decision) -> Result<(), 
     }
     s[dec::WARN_COUNT] = d.warnings.len() as i64;
     for (i, w) in d.warnings.iter().enumerate() {
-        s[dec::WARN + i] = warning_index(*w);
+        s[dec::WARN + i] = warning_index(w);
     }
     match d.reservation_id.as_deref() {
         None => out.slots[o + dec::RID_LEN] = -1,
@@ -1472,9 +1417,9 @@ fn decision_of(
     let warnings = s[dec::WARN..dec::WARN + count]
         .iter()
         .map(|&i| at(WARNINGS, i))
-        .collect::<Option<Vec<_>>>()?;
+        .collect::<Option<Warnings>>()?;
     Some(Decision {
-        reservation_id,
+        reservation_id: reservation_id.map(Arc::from),
         next,
         at_ns: opt(dec::AT, dec::F_AT).map(|v| v as u64),
         key: match opt(dec::KEY, dec::F_KEY) {
@@ -1489,7 +1434,7 @@ fn decision_of(
             None => None,
             Some(i) => Some(at(MODES, i)?),
         },
-        numbers: numbers_from(numbers),
+        numbers: Numbers::from_array(numbers),
         warnings,
         outcome: at(OUTCOMES, s[dec::OUTCOME])?,
         detail,

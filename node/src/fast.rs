@@ -210,42 +210,9 @@ pub fn write_decision(d: &lb::Decision, scratch: &mut [u8]) -> bool {
         .filter(|w| matches!(w, lb::Warning::ExtensionBudgetDepleting))
         .count();
     s.f64(D_WARNINGS, warnings as f64);
-    let lb::Numbers {
-        rtt,
-        max_rtt,
-        lead_floor,
-        attempt_budget,
-        safety_margin,
-        retry_reserve,
-        next_delay,
-        lead,
-        retry_window,
-        retry_delay,
-        lead_min,
-        grant,
-        cadence,
-        skips,
-    } = d.numbers;
     let mut mask = 0u32;
-    for (i, n) in [
-        rtt,
-        max_rtt,
-        lead_floor,
-        attempt_budget,
-        safety_margin,
-        retry_reserve,
-        next_delay,
-        lead,
-        retry_window,
-        retry_delay,
-        lead_min,
-        grant,
-        cadence,
-        skips,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    // In `lb::Numbers::NAMES` order.
+    for (i, n) in d.numbers.to_array().into_iter().enumerate() {
         if let Some(n) = n {
             match plain(n) {
                 Some(x) => {

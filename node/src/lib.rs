@@ -434,38 +434,22 @@ pub struct Numbers {
 
 impl From<&lb::Numbers> for Numbers {
     fn from(n: &lb::Numbers) -> Numbers {
-        let lb::Numbers {
-            rtt,
-            max_rtt,
-            lead_floor,
-            attempt_budget,
-            safety_margin,
-            retry_reserve,
-            next_delay,
-            lead,
-            retry_window,
-            retry_delay,
-            lead_min,
-            grant,
-            cadence,
-            skips,
-        } = *n;
         let f = |v: Option<lb::Num>| v.map(JsNum);
         Numbers {
-            rtt: f(rtt),
-            max_rtt: f(max_rtt),
-            lead_floor: f(lead_floor),
-            attempt_budget: f(attempt_budget),
-            safety_margin: f(safety_margin),
-            retry_reserve: f(retry_reserve),
-            next_delay: f(next_delay),
-            lead: f(lead),
-            retry_window: f(retry_window),
-            retry_delay: f(retry_delay),
-            lead_min: f(lead_min),
-            grant: f(grant),
-            cadence: f(cadence),
-            skips: f(skips),
+            rtt: f(n.rtt()),
+            max_rtt: f(n.max_rtt()),
+            lead_floor: f(n.lead_floor()),
+            attempt_budget: f(n.attempt_budget()),
+            safety_margin: f(n.safety_margin()),
+            retry_reserve: f(n.retry_reserve()),
+            next_delay: f(n.next_delay()),
+            lead: f(n.lead()),
+            retry_window: f(n.retry_window()),
+            retry_delay: f(n.retry_delay()),
+            lead_min: f(n.lead_min()),
+            grant: f(n.grant()),
+            cadence: f(n.cadence()),
+            skips: f(n.skips()),
         }
     }
 }
@@ -545,10 +529,10 @@ impl From<&lb::Decision> for Decision {
             reason,
             mode: d.mode.map(Mode::from),
             numbers: Numbers::from(&d.numbers),
-            warnings: d.warnings.iter().map(|w| Warning::from(*w)).collect(),
+            warnings: d.warnings.iter().map(Warning::from).collect(),
             outcome: OutcomeClass::from(d.outcome),
             detail: d.detail.clone(),
-            reservation_id: d.reservation_id.clone(),
+            reservation_id: d.reservation_id.as_deref().map(str::to_owned),
             proven_until: d.proven_until_ns.map(|p| {
                 if p == u64::MAX {
                     f64::INFINITY

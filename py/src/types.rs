@@ -55,72 +55,72 @@ impl PyNumbers {
     /// Round trip of the attempt that produced this success, rounded up (HB-05/06).
     #[getter]
     fn rtt<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.rtt)
+        self.get(py, self.inner.rtt())
     }
     /// Largest rtt over this lease's schema-valid successes (HB-07, D-3).
     #[getter]
     fn max_rtt<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.max_rtt)
+        self.get(py, self.inner.max_rtt())
     }
     /// max(0, remaining_ttl_ms - rtt); on a failure, that of the anchoring success.
     #[getter]
     fn lead_floor<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.lead_floor)
+        self.get(py, self.inner.lead_floor())
     }
     /// max(request_timeout_ms, 1000, 2 x max_rtt); inf when the timeout is unbounded.
     #[getter]
     fn attempt_budget<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.attempt_budget)
+        self.get(py, self.inner.attempt_budget())
     }
     /// max(1000, 2 x max_rtt).
     #[getter]
     fn safety_margin<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.safety_margin)
+        self.get(py, self.inner.safety_margin())
     }
     /// 2 x attempt_budget + safety_margin.
     #[getter]
     fn retry_reserve<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.retry_reserve)
+        self.get(py, self.inner.retry_reserve())
     }
     /// Delay from the observation to the next beat.
     #[getter]
     fn next_delay<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.next_delay)
+        self.get(py, self.inner.next_delay())
     }
     /// Current lead estimate after a failure (HB-21).
     #[getter]
     fn lead<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.lead)
+        self.get(py, self.inner.lead())
     }
     /// lead - attempt_budget - safety_margin, unclamped (HB-22); may be negative or -inf.
     #[getter]
     fn retry_window<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.retry_window)
+        self.get(py, self.inner.retry_window())
     }
     /// Delay from the failure's observation to the same-key retry.
     #[getter]
     fn retry_delay<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.retry_delay)
+        self.get(py, self.inner.retry_delay())
     }
     /// Fallback lead lower bound at the observation (FB-01); may be negative.
     #[getter]
     fn lead_min<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.lead_min)
+        self.get(py, self.inner.lead_min())
     }
     /// Fallback grant: difference of successive expires_at_ms values; may be negative.
     #[getter]
     fn grant<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.grant)
+        self.get(py, self.inner.grant())
     }
     /// Fallback cadence (FB-03).
     #[getter]
     fn cadence<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.cadence)
+        self.get(py, self.inner.cadence())
     }
     /// Fallback cadences skipped (FB-04).
     #[getter]
     fn skips<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.get(py, self.inner.skips)
+        self.get(py, self.inner.skips())
     }
 
     /// The numbers that apply, as a new dict ``{name: int | float}`` in a fixed order.
@@ -183,7 +183,7 @@ impl PyDecision {
     /// The reservation id, once a create succeeded (else None).
     #[getter]
     fn reservation_id(&self) -> Option<String> {
-        self.inner.reservation_id.clone()
+        self.inner.reservation_id.as_deref().map(str::to_owned)
     }
 
     /// What to do next: Next.CREATE, Next.EXTEND or Next.STOP.

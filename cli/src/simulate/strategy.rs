@@ -318,7 +318,7 @@ impl Core {
         if self.created {
             self.proven = Some(d.proven_until_ns.unwrap_or(0));
         }
-        if let Some(m) = d.numbers.safety_margin.and_then(|n| n.finite()) {
+        if let Some(m) = d.numbers.safety_margin().and_then(|n| n.finite()) {
             self.margin_ns = (m as u64).saturating_mul(MS);
         }
         self.last = Some(d);

@@ -810,7 +810,7 @@ impl Timer {
         observed_ns: u64,
         decision: Decision,
     ) {
-        let reservation_id = decision.reservation_id.clone();
+        let reservation_id = decision.reservation_id.as_deref().map(str::to_owned);
         if tracing::enabled!(target: "leasebeat::driver", tracing::Level::INFO) {
             tracing::info!(target: "leasebeat::driver", %lease,
                 reservation_id = reservation_id.as_deref().unwrap_or(""),
@@ -819,7 +819,7 @@ impl Timer {
         let stop = decision.stop_reason();
         if stop.is_none() {
             if let Some(slot) = self.leases.get_mut(&lease) {
-                if let Some(m) = num_ms(decision.numbers.safety_margin) {
+                if let Some(m) = num_ms(decision.numbers.safety_margin()) {
                     slot.margin_ms = m;
                 }
                 let success = decision.outcome == OutcomeClass::Success;
