@@ -80,7 +80,9 @@ def above_row(what, m, p, limit_ns):
 
 ratio_row("rust primary decision vs serde_json Value parse", "rust.primary", "rust.floor_value", 0.35)
 ratio_row("rust full beat, UUIDv4 keys vs serde_json Value parse", "rust.beat_uuid", "rust.floor_value", 1.0)
-above_row("C ABI primary decision vs rust primary", "c.primary", "rust.primary", 50)
+# The C figure's reference is the Rust one taken in runs alternating with it (bench-c.sh).
+above_row("C ABI primary decision vs rust primary", "c.primary",
+          "c.rust_primary" if get("c.rust_primary") is not None else "rust.primary", 50)
 
 d, rc = get("py.decision"), get("py.runcycles")
 if d is None or rc is None:
@@ -94,7 +96,14 @@ rows.append(("node decision (beside JSON.parse)", fmt("node.decision"), fmt("nod
              f"{d / jp:.2f}x" if d is not None and jp else "-", "<= 1000 ns",
              None if d is None else d <= 1000))
 
-above_row("jvm decision vs rust primary", "jvm.decision", "rust.primary", 300)
+# The JVM's Rust figure is the same core work timed inside the same JVM process with the
+# same cache treatment (a full GC between set-up and timing, like the Java batches):
+# rust.primary times warm caches, which would charge cache temperature to the binding
+# (notes/jvm15.md). Older BENCH files without it fall back to rust.primary.
+if get("jvm.core_same_process") is not None:
+    above_row("jvm decision vs the core in the same JVM", "jvm.decision", "jvm.core_same_process", 300)
+else:
+    above_row("jvm decision vs rust primary", "jvm.decision", "rust.primary", 300)
 
 b = get("rust.lease_bytes")
 rows.append(("rust per-lease state after create + 1,000 beats", fmt("rust.lease_bytes"), "-", "-",
