@@ -24,13 +24,17 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "ratios":
         print(m["executable"])')"
+# Both run pinned to the same CPU when taskset exists (the two vCPUs here differ by up to
+# 40 % for the same binary; BENCH_CPU picks one, default 0).
+pin=()
+if command -v taskset >/dev/null; then pin=(taskset -c "${BENCH_CPU:-0}"); fi
 reps="${BENCH_REPS:-7}"
 rounds="${BENCH_ROUNDS:-15}"
 : > "$tmp/c.txt"
 : > "$tmp/rust.txt"
 for _ in $(seq "$reps"); do
-  "$tmp/bench_primary" "$rounds" | sed -n 's/^BENCH .*"value": \([0-9.]*\).*/\1/p' >> "$tmp/c.txt"
-  BENCH_ROUNDS="$rounds" "$rust_bin" --bench 2>/dev/null \
+  "${pin[@]}" "$tmp/bench_primary" "$rounds" | sed -n 's/^BENCH .*"value": \([0-9.]*\).*/\1/p' >> "$tmp/c.txt"
+  BENCH_ROUNDS="$rounds" "${pin[@]}" "$rust_bin" --bench 2>/dev/null \
     | sed -n 's/^BENCH {"id": "rust.primary".*"value": \([0-9.]*\).*/\1/p' >> "$tmp/rust.txt"
 done
 python3 - "$tmp/c.txt" "$tmp/rust.txt" <<'PY'
