@@ -61,7 +61,10 @@
 //!
 //! Connections are kept alive and reused (one idle connection per worker
 //! and host): an attempt on loopback costs one request/response exchange,
-//! not a TCP handshake.
+//! not a TCP handshake. A server's name is resolved at most once every 10
+//! seconds and the addresses are reused meanwhile (ureq's own resolver
+//! starts a thread per request when a timeout is set); a changed DNS record
+//! is picked up within those 10 seconds, and a failed lookup is not kept.
 //!
 //! ## Scale and overload (D-15)
 //!
