@@ -5,47 +5,17 @@
 //! it is per thread, not per lease). Not a test; `scripts/bench-rust.sh`
 //! prints its BENCH line.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-
 use leasebeat::{Action, Config, Heartbeat, KeySource, Response, UuidV4Keys};
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
+mod common {
+    pub mod counting_alloc;
 }
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+use common::counting_alloc::live_bytes as live;
 
 const MS: u64 = 1_000_000;
 const CREATE: &[u8] = br#"{"decision":"ALLOW","reservation_id":"r-1","affected_scopes":["tenant:acme"],"expires_at_ms":1785585660000,"remaining_ttl_ms":61500}"#;
 const EXTEND: &[u8] =
     br#"{"status":"ACTIVE","expires_at_ms":1785585720000,"remaining_ttl_ms":60000}"#;
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
 
 /// Heap bytes of one lease after the create and `beats` extensions.
 /// (The configuration is made after the first reading: its create request
