@@ -205,3 +205,41 @@ fn map_io(e: &io::Error) -> TransportFailure {
         _ => TransportFailure::Reset,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(r: &CachingResolver, url: &str) -> Vec<SocketAddr> {
+        let uri: Uri = url.parse().expect("uri");
+        r.resolve(&uri, &Config::default(), NextTimeout::default())
+            .expect("resolved")
+            .to_vec()
+    }
+
+    #[test]
+    fn a_resolved_address_is_reused_until_it_is_ten_seconds_old() {
+        let r = CachingResolver::default();
+        let real: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(resolve(&r, "http://127.0.0.1:9/v1/x"), vec![real]);
+        // A planted answer proves the next lookup reads the cache, not DNS.
+        let planted: SocketAddr = "10.0.0.1:9".parse().unwrap();
+        let name = "http://127.0.0.1:9".to_owned();
+        r.known
+            .lock()
+            .unwrap()
+            .insert(name.clone(), (Instant::now(), vec![planted]));
+        assert_eq!(resolve(&r, "http://127.0.0.1:9/v1/y"), vec![planted]);
+        // Another port is another name.
+        assert_eq!(
+            resolve(&r, "http://127.0.0.1:10/"),
+            vec!["127.0.0.1:10".parse::<SocketAddr>().unwrap()]
+        );
+        // Older than RESOLVE_REUSE: looked up again.
+        let old = Instant::now()
+            .checked_sub(RESOLVE_REUSE + Duration::from_secs(1))
+            .expect("a clock older than 11 s");
+        r.known.lock().unwrap().insert(name, (old, vec![planted]));
+        assert_eq!(resolve(&r, "http://127.0.0.1:9/v1/z"), vec![real]);
+    }
+}
