@@ -238,8 +238,9 @@ async function runHeartbeat (heartbeat, options) {
 
   const decide = (d) => {
     if (d.outcome === 'success') successes++
-    armJeopardy(d)
+    // The decision first: a jeopardy it leaves already reached follows it at once.
     report(o.onDecision, d)
+    armJeopardy(d)
     return d
   }
 

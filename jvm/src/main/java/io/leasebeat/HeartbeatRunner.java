@@ -620,14 +620,21 @@ public final class HeartbeatRunner implements AutoCloseable {
       jeopardyTimer = null;
     }
     if (fallback) {
-      jeopardyTimer = later(() -> provenLeadReached(key, OptionalLong.empty()), 0);
+      // Reached already: reported now, before anything else can come from the server (a task
+      // scheduled with delay 0 could run after the next response).
+      provenLeadReached(key, OptionalLong.empty());
       return;
     }
     OptionalLong at = d.provenUntilNanoTime();
     if (at.isEmpty()) {
       return; // nothing proven yet (before the first success) or +infinity
     }
-    jeopardyTimer = later(() -> provenLeadReached(key, at), at.getAsLong() - System.nanoTime());
+    long delay = at.getAsLong() - System.nanoTime();
+    if (delay <= 0) {
+      provenLeadReached(key, at);
+      return;
+    }
+    jeopardyTimer = later(() -> provenLeadReached(key, at), delay);
   }
 
   private synchronized void provenLeadReached(Optional<Num> armed, OptionalLong provenUntilNanoTime) {
