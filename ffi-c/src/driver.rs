@@ -535,8 +535,13 @@ fn start(
             None => None,
         };
         check_out(out, "out")?;
-        let hb = cfg.heartbeat(reservation_id)?;
-        let lease = d.with(|driver| driver.start_heartbeat(hb).map_err(driver_error))?;
+        let lease = match cfg.plain_create(reservation_id) {
+            Some(config) => d.with(|driver| driver.start(config).map_err(driver_error))?,
+            None => {
+                let hb = cfg.heartbeat(reservation_id)?;
+                d.with(|driver| driver.start_heartbeat(hb).map_err(driver_error))?
+            }
+        };
         d.max_lease.fetch_max(lease.0, Ordering::SeqCst);
         // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, lease.0) };

@@ -125,6 +125,13 @@ impl lb_config {
         }
     }
 
+    /// The configuration alone, when a heartbeat made from it would be a
+    /// plain create with random keys: the driver then builds the heartbeat
+    /// on its own thread when the create goes out (see `Driver::start`).
+    pub(crate) fn plain_create(&self, reservation_id: Option<&str>) -> Option<Config> {
+        (reservation_id.is_none() && self.key_prefix.is_none()).then(|| self.config.clone())
+    }
+
     /// A heartbeat from this configuration: a create first, or (with a
     /// reservation id) an immediate extension of an existing reservation.
     pub(crate) fn heartbeat(&self, reservation_id: Option<&str>) -> Result<Heartbeat, Fail> {

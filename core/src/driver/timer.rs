@@ -27,7 +27,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::{
-    ApiKey, AttemptReport, Command, Event, JeopardyReason, LeaseHandle, Outcome, clock, http,
+    ApiKey, AttemptReport, Command, Event, JeopardyReason, LeaseHandle, Outcome, PendingCreate,
+    Start, clock, http,
 };
 use crate::{
     Action, AttemptKind, Decision, ErrorKind, Heartbeat, Next, Num, OutcomeClass, Response,
@@ -244,6 +245,13 @@ pub(crate) struct Timer {
     beats: BinaryHeap<BeatEntry>,
     watches: BinaryHeap<WatchEntry>,
     creates: VecDeque<(LeaseHandle, u32)>,
+    /// Leases started from a configuration whose create has not gone out:
+    /// the heartbeat is built when it does (its place in `creates` has
+    /// generation 0). Built here, on the timer thread, the heartbeat and its
+    /// create body come from this thread's allocator arena; built by the
+    /// caller while the creates queue up, 100,000 of them left the caller's
+    /// arena holding tens of MB of freed pages.
+    pending: HashMap<LeaseHandle, (Arc<str>, PendingCreate)>,
     /// Sends deferred by the test hold (see `Command::HoldSends`).
     held: Vec<(LeaseHandle, u32)>,
     hold: bool,
@@ -300,6 +308,7 @@ impl Timer {
             beats: BinaryHeap::new(),
             watches: BinaryHeap::new(),
             creates: VecDeque::new(),
+            pending: HashMap::new(),
             held: Vec::new(),
             hold: false,
             outstanding: 0,
@@ -407,7 +416,12 @@ impl Timer {
                 }
             }
         }
-        let handles: Vec<LeaseHandle> = self.leases.keys().copied().collect();
+        let handles: Vec<LeaseHandle> = self
+            .leases
+            .keys()
+            .chain(self.pending.keys())
+            .copied()
+            .collect();
         for lease in handles {
             self.cancel(lease);
         }
@@ -416,42 +430,13 @@ impl Timer {
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Start(lease, base, hb) => {
-                tracing::debug!(target: "leasebeat::driver", %lease, "start");
-                let due_ns = hb.poll_timeout().unwrap_or(0);
-                let kind = match hb.poll_action() {
-                    Action::Send(a) => a.kind,
-                    _ => AttemptKind::Create,
-                };
-                // A heartbeat that already decided (an adopted create): its
-                // last decision seeds the proven_until watch.
-                let seed = hb
-                    .last_decision()
-                    .filter(|d| d.stop_reason().is_none())
-                    .map(|d| (d.outcome == OutcomeClass::Success, d.proven_until_ns));
-                let mut slot = Box::new(Slot {
-                    base,
-                    hb: *hb,
-                    in_flight: false,
-                    send_gen: 0,
-                    proven_gen: 0,
-                    due_ns,
-                    margin_ms: DEFAULT_MARGIN_MS,
-                    proven_until_ns: None,
-                    proven_watch_ns: None,
-                    succeeded: false,
-                    late_reported: false,
-                    proven_reported: false,
-                    proven_queued_ns: None,
-                    early_ok: false,
-                });
-                let armed = seed.and_then(|(success, proven)| slot.rearm_proven(success, proven));
-                self.leases.insert(lease, slot);
-                if let Some((at, _)) = armed {
-                    self.queue_proven(lease, at);
-                }
-                let early_ok = seed.is_some_and(|(success, _)| success);
-                self.schedule_send(lease, kind, Some(due_ns), early_ok);
+            Command::Start(lease, base, Start::Heartbeat(hb)) => {
+                self.install(lease, base, *hb, true);
+            }
+            Command::Start(lease, base, Start::Config(config)) => {
+                tracing::debug!(target: "leasebeat::driver", %lease, "start (queued)");
+                self.pending.insert(lease, (base, config.relocated()));
+                self.creates.push_back((lease, 0));
             }
             Command::Cancel(lease) => self.cancel(lease),
             Command::Done(c) => {
@@ -471,6 +456,80 @@ impl Timer {
         }
     }
 
+    /// Takes a heartbeat into the driver: its slot, the proven_until watch an
+    /// adopted create's decision seeds, and its first send, queued (`queue`)
+    /// or armed for the caller to dispatch at once (a create built when its
+    /// turn came).
+    fn install(&mut self, lease: LeaseHandle, base: Arc<str>, hb: Heartbeat, queue: bool) {
+        tracing::debug!(target: "leasebeat::driver", %lease, "start");
+        let due_ns = hb.poll_timeout().unwrap_or(0);
+        let kind = match hb.poll_action() {
+            Action::Send(a) => a.kind,
+            _ => AttemptKind::Create,
+        };
+        // A heartbeat that already decided (an adopted create): its
+        // last decision seeds the proven_until watch.
+        let seed = hb
+            .last_decision()
+            .filter(|d| d.stop_reason().is_none())
+            .map(|d| (d.outcome == OutcomeClass::Success, d.proven_until_ns));
+        let mut slot = Box::new(Slot {
+            base,
+            hb,
+            in_flight: false,
+            send_gen: 0,
+            proven_gen: 0,
+            due_ns,
+            margin_ms: DEFAULT_MARGIN_MS,
+            proven_until_ns: None,
+            proven_watch_ns: None,
+            succeeded: false,
+            late_reported: false,
+            proven_reported: false,
+            proven_queued_ns: None,
+            early_ok: false,
+        });
+        let armed = seed.and_then(|(success, proven)| slot.rearm_proven(success, proven));
+        self.leases.insert(lease, slot);
+        if let Some((at, _)) = armed {
+            self.queue_proven(lease, at);
+        }
+        let early_ok = seed.is_some_and(|(success, _)| success);
+        if queue {
+            self.schedule_send(lease, kind, Some(due_ns), early_ok);
+        } else {
+            self.arm_send(lease, Some(due_ns), early_ok);
+        }
+    }
+
+    /// Builds the heartbeat of a lease started from a configuration (checked
+    /// by `Driver::start`), with its first send armed, not queued. False
+    /// (reported as an error and a stop) if the core refused it anyway.
+    fn build(&mut self, lease: LeaseHandle, base: Arc<str>, config: PendingCreate) -> bool {
+        match config.into_config().and_then(Heartbeat::new) {
+            Ok(hb) => {
+                self.install(lease, base, hb, false);
+                true
+            }
+            Err(error) => {
+                tracing::error!(target: "leasebeat::driver", %lease, error = %error,
+                    "core refused a configuration");
+                let _ = self.events.send(Event::Error {
+                    lease,
+                    reservation_id: None,
+                    error,
+                });
+                let _ = self.events.send(Event::Stopped {
+                    lease,
+                    reservation_id: None,
+                    reason: crate::StopReason::Cancelled,
+                    at_ns: clock::now_ns(),
+                });
+                false
+            }
+        }
+    }
+
     /// Queues the lease's next send (after a decision or a start): creates
     /// go to the FIFO, extends to the beat heap with a late-beat watch.
     fn schedule_send(
@@ -480,19 +539,9 @@ impl Timer {
         at_ns: Option<u64>,
         early_ok: bool,
     ) {
-        let Some(slot) = self.leases.get_mut(&lease) else {
+        let Some((at, generation)) = self.arm_send(lease, at_ns, early_ok) else {
             return;
         };
-        slot.early_ok = early_ok;
-        slot.send_gen = slot.send_gen.wrapping_add(1);
-        slot.late_reported = false;
-        let generation = slot.send_gen;
-        let Some(at) = at_ns else {
-            // +infinity: never due.
-            slot.due_ns = u64::MAX;
-            return;
-        };
-        slot.due_ns = at;
         match kind {
             AttemptKind::Create => self.creates.push_back((lease, generation)),
             // The late-beat check rides on the beat itself: the timer
@@ -502,6 +551,27 @@ impl Timer {
             // gets a watch of its own, in `fire_due`.
             AttemptKind::Extend => self.beats.push(Reverse((at, lease.0, generation))),
         }
+    }
+
+    /// Records the lease's next send in its slot (a new generation, its due
+    /// time) and returns (due, generation), or `None` if it is never due.
+    fn arm_send(
+        &mut self,
+        lease: LeaseHandle,
+        at_ns: Option<u64>,
+        early_ok: bool,
+    ) -> Option<(u64, u32)> {
+        let slot = self.leases.get_mut(&lease)?;
+        slot.early_ok = early_ok;
+        slot.send_gen = slot.send_gen.wrapping_add(1);
+        slot.late_reported = false;
+        let Some(at) = at_ns else {
+            // +infinity: never due.
+            slot.due_ns = u64::MAX;
+            return None;
+        };
+        slot.due_ns = at;
+        Some((at, slot.send_gen))
     }
 
     fn fire_due(&mut self) {
@@ -546,6 +616,12 @@ impl Timer {
             let Some((lease, generation)) = self.creates.pop_front() else {
                 break;
             };
+            if let Some((base, config)) = self.pending.remove(&lease) {
+                if self.build(lease, base, config) {
+                    self.dispatch(lease);
+                }
+                continue;
+            }
             if self
                 .leases
                 .get(&lease)
@@ -557,6 +633,9 @@ impl Timer {
         // The FIFO held a whole ramp-up: give its buffer back once drained.
         if self.creates.is_empty() && self.creates.capacity() > 1024 {
             self.creates = VecDeque::new();
+        }
+        if self.pending.is_empty() && self.pending.capacity() > 1024 {
+            self.pending = HashMap::new();
         }
     }
 
@@ -776,6 +855,14 @@ impl Timer {
     }
 
     fn cancel(&mut self, lease: LeaseHandle) {
+        // A lease whose create has not gone out: built now, so that its
+        // cancel is reported like any other (a `cancelled` decision, then
+        // the stop); its place in `creates` is skipped when it surfaces.
+        if let Some((base, config)) = self.pending.remove(&lease) {
+            if !self.build(lease, base, config) {
+                return;
+            }
+        }
         let Some(slot) = self.leases.get_mut(&lease) else {
             return;
         };
