@@ -609,13 +609,14 @@ class HeartbeatApiTest {
       Attempt extend = hb.pollAction().attempt().orElseThrow();
       // A finite due time decoded on first use equals the decision's.
       assertEquals(d.at().orElseThrow(), extend.due());
-      assertEquals(OptionalLong.of(5 + 38_500 * MS), extend.dueNanoTime());
-      assertEquals(1_000 * MS, extend.delayNanos(5 + 37_500 * MS));
+      assertEquals(d.dueNanoTime(), extend.dueNanoTime());
+      assertEquals(OptionalLong.of(38_500 * MS), extend.dueNanoTime());
+      assertEquals(1_000 * MS, extend.delayNanos(37_500 * MS));
       Attempt rebuilt =
           new Attempt(
               extend.id(),
               extend.kind(),
-              Num.of(38_500 * MS),
+              d.at().orElseThrow(),
               "key-2",
               2,
               KeyUse.NEW,
