@@ -588,9 +588,8 @@ impl Buf {
 
     /// The output areas, written in place (no staging copy): the slots
     /// from byte 0 up to [`BUF_TEXT`] (zeroed here) and the text area (from
-    /// [`BUF_TEXT`], [`TEXT_CAP`] bytes).
-    /// No buffer (0, the calls that return no result: `nativeSent`) gives
-    /// empty areas.
+    /// [`BUF_TEXT`], [`TEXT_CAP`] bytes). No buffer (0, for the calls that
+    /// return no result: `nativeSent`) gives empty areas.
     fn output<'b>(self) -> Result<(&'b mut [i64], &'b mut [i8]), Fail> {
         if self.0 == 0 {
             return Ok((&mut [], &mut []));
@@ -618,9 +617,9 @@ impl Buf {
 
 /// Runs one hot entry point on the raw environment ([`Raw`]): `f` fills
 /// `out.slots` and the text, which are the thread's native buffer [`Buf`]
-/// itself (written in place; its returned slot count is not needed here). Returns the status (see the module
-/// documentation); errors, panics and objects take the jni crate's path.
-/// Nothing unwinds out.
+/// itself (written in place; the slot count `f` returns is not needed).
+/// Returns the status (see the module documentation); errors, panics and
+/// objects take the jni crate's path. Nothing unwinds out.
 fn hot_raw<F>(env: *mut jni::sys::JNIEnv, buf: Buf, objs: jni::sys::jobjectArray, f: F) -> jint
 where
     F: FnOnce(Raw, &mut Out) -> Result<usize, Fail>,
