@@ -3,10 +3,12 @@
 //!
 //! Two calling conventions:
 //!
-//! * Hot calls (events, polls, the adoption): the Java side passes a `long[]`
-//!   of *slots*, an `Object[]` and a `byte[]` *text* buffer it owns; the call
-//!   fills the slots with primitives (indices of enum constants, u64 bit
-//!   patterns, i128 halves, text lengths) and the text buffer with the bytes
+//! * Hot calls (events, polls; the adoption and the state through `long[]`
+//!   and `byte[]` arrays instead): the Java side passes the address of its
+//!   thread's direct buffer ([`Buf`]: the response body comes in it, the
+//!   result is written in it in place) and an `Object[]`; the call
+//!   fills the *slots* with primitives (indices of enum constants, u64 bit
+//!   patterns, i128 halves, text lengths) and the *text* area with the bytes
 //!   of what really is text or bytes (the reservation id, a detail, the
 //!   attempt's key and body; one that does not fit comes as an object
 //!   instead), so the hot path creates no Java object in Rust. A decision
@@ -48,8 +50,8 @@ use jni::{Env, EnvUnowned};
 use leasebeat::arith;
 use leasebeat::{
     Action, AdoptedCreate, Attempt, AttemptKind, Config, CreateOutcome, Decision, ErrorKind,
-    Heartbeat, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, Response, SequentialKeys,
-    StopReason, TransportFailure, Warning, Warnings,
+    Heartbeat, KeyUse, Mode, Next, Num, Numbers, OutcomeClass, Response, ResponseRef,
+    SequentialKeys, StopReason, TransportFailure, Warning, Warnings,
 };
 use serde_json::Value;
 
@@ -303,28 +305,30 @@ fn arg_fail(message: &str) -> Fail {
     Fail::Core(leasebeat::Error::new(ErrorKind::InvalidArgument, message))
 }
 
-/// Where a hot call writes its result.
-struct Out {
-    slots: [i64; state::LEN + 1],
-    /// Bytes for the Java-owned text buffer (strings and bodies one after
-    /// the other, in the order they are put): the first `text_len`, at most
-    /// `text_cap` (the Java buffer's size, at most [`TEXT_CAP`]). On the
-    /// stack: no allocation per call.
-    text: [i8; TEXT_CAP],
+/// Objects that did not fit in the text buffer: (object index, bytes,
+/// whether a `String`), created as Java objects after the core call (rare).
+type Objects = Vec<(usize, Vec<u8>, bool)>;
+
+/// Where a hot call writes its result: zeroed slots and a text area, either
+/// the thread's native buffer itself ([`Buf::output`], the hot path: no
+/// staging copy) or arrays on the stack copied to Java arrays after the call
+/// ([`hot`]).
+struct Out<'a> {
+    slots: &'a mut [i64],
+    /// Bytes for Java's text buffer (strings and bodies one after the other,
+    /// in the order they are put): the first `text_len`; its length is the
+    /// Java buffer's size (at most [`TEXT_CAP`]).
+    text: &'a mut [i8],
     text_len: usize,
-    text_cap: usize,
-    /// What did not fit in the text buffer: (object index, bytes, whether a
-    /// `String`), created as Java objects after the core call (rare).
-    objects: Vec<(usize, Vec<u8>, bool)>,
+    objects: Objects,
 }
 
-impl Out {
-    fn new(text_cap: usize) -> Out {
+impl<'a> Out<'a> {
+    fn new(slots: &'a mut [i64], text: &'a mut [i8]) -> Out<'a> {
         Out {
-            slots: [0; state::LEN + 1],
-            text: [0; TEXT_CAP],
+            slots,
+            text,
             text_len: 0,
-            text_cap: text_cap.min(TEXT_CAP),
             objects: Vec::new(),
         }
     }
@@ -343,7 +347,7 @@ impl Out {
 
     fn put_bytes(&mut self, slot: usize, obj: usize, b: &[u8], string: bool) {
         let end = self.text_len + b.len();
-        if end <= self.text_cap {
+        if end <= self.text.len() {
             for (d, &x) in self.text[self.text_len..end].iter_mut().zip(b) {
                 *d = x as i8;
             }
@@ -357,18 +361,23 @@ impl Out {
 
     /// Creates the objects that did not fit in the text buffer.
     fn set_objects(&self, env: &mut Env<'_>, objs: &JObjectArray<'_>) -> Result<(), Fail> {
-        for (obj, b, string) in &self.objects {
-            if *string {
-                let text = std::str::from_utf8(b).map_err(|_| arg_fail("text is not UTF-8"))?;
-                let local = env.new_string(text)?;
-                objs.set_element(env, *obj, &local)?;
-            } else {
-                let local = env.byte_array_from_slice(b)?;
-                objs.set_element(env, *obj, &local)?;
-            }
-        }
-        Ok(())
+        set_objects(&self.objects, env, objs)
     }
+}
+
+/// Creates the objects that did not fit in the text buffer ([`Objects`]).
+fn set_objects(objects: &Objects, env: &mut Env<'_>, objs: &JObjectArray<'_>) -> Result<(), Fail> {
+    for (obj, b, string) in objects {
+        if *string {
+            let text = std::str::from_utf8(b).map_err(|_| arg_fail("text is not UTF-8"))?;
+            let local = env.new_string(text)?;
+            objs.set_element(env, *obj, &local)?;
+        } else {
+            let local = env.byte_array_from_slice(b)?;
+            objs.set_element(env, *obj, &local)?;
+        }
+    }
+    Ok(())
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -401,7 +410,9 @@ where
     unowned
         .with_env(|env| -> jni::errors::Result<jint> {
             let text_cap = if text.is_null() { 0 } else { text.len(env)? };
-            let mut out = Out::new(text_cap);
+            let mut slot_area = [0; state::LEN + 1];
+            let mut text_area = [0; TEXT_CAP];
+            let mut out = Out::new(&mut slot_area, &mut text_area[..text_cap.min(TEXT_CAP)]);
             let r = catch_unwind(AssertUnwindSafe(|| f(env, &mut out)));
             let r = match r {
                 Ok(Ok(used)) => Ok((used, out)),
@@ -420,7 +431,7 @@ where
 /// exception is already pending.
 fn finish(
     env: &mut Env<'_>,
-    r: Result<(usize, Out), Option<Fail>>,
+    r: Result<(usize, Out<'_>), Option<Fail>>,
     slots: &JLongArray<'_>,
     objs: &JObjectArray<'_>,
     text: &JByteArray<'_>,
@@ -551,21 +562,6 @@ impl Raw {
         }
         p as usize as jlong
     }
-
-    /// `body` when it is an array (`len` < 0), else the first `len` bytes of
-    /// the buffer's input area, copied once.
-    fn body(
-        self,
-        buf: Buf,
-        body: jni::sys::jbyteArray,
-        len: jint,
-    ) -> Result<Option<Vec<u8>>, Fail> {
-        match usize::try_from(len) {
-            Err(_) => self.bytes(body),
-            Ok(n) if n <= BUF_IN_CAP => Ok(Some(buf.input(n)?.to_vec())),
-            Ok(_) => Err(arg_fail("body length beyond the input buffer")),
-        }
-    }
 }
 
 /// The address of the calling thread's native buffer ([`BUF_LEN`] bytes).
@@ -590,48 +586,55 @@ impl Buf {
         Ok(unsafe { std::slice::from_raw_parts(p.add(BUF_IN), n) })
     }
 
-    /// Writes the result: `used` slots from byte 0, the text from [`BUF_TEXT`].
-    fn write(self, out: &Out, used: usize) -> Result<(), Fail> {
-        if used == 0 && out.text_len == 0 {
-            return Ok(());
+    /// The output areas, written in place (no staging copy): the slots
+    /// from byte 0 up to [`BUF_TEXT`] (zeroed here) and the text area (from
+    /// [`BUF_TEXT`], [`TEXT_CAP`] bytes). No buffer (0, for the calls that
+    /// return no result: `nativeSent`) gives empty areas.
+    fn output<'b>(self) -> Result<(&'b mut [i64], &'b mut [i8]), Fail> {
+        if self.0 == 0 {
+            return Ok((&mut [], &mut []));
         }
         let p = self.ptr()?;
-        assert!(used * 8 <= BUF_TEXT && out.text_len <= TEXT_CAP);
-        // SAFETY: as in `input`: the buffer holds BUF_LEN bytes, the slots end
-        // before BUF_TEXT and the text (at most TEXT_CAP bytes) before BUF_IN
-        // (asserted above); nothing else reads or writes it during the call.
-        unsafe {
-            std::ptr::copy_nonoverlapping(out.slots.as_ptr().cast::<u8>(), p, used * 8);
-            std::ptr::copy_nonoverlapping(
-                out.text.as_ptr().cast::<u8>(),
-                p.add(BUF_TEXT),
-                out.text_len,
-            );
+        if p as usize % std::mem::align_of::<i64>() != 0 {
+            return Err(arg_fail("misaligned native buffer"));
         }
-        Ok(())
+        // SAFETY: as in `input` (the buffer holds BUF_LEN bytes, is used by
+        // this thread only and stays reachable during the call); the slots
+        // (BUF_TEXT bytes from 0, 8-aligned: checked above) and the text area
+        // (TEXT_CAP bytes from BUF_TEXT) are disjoint and end before BUF_IN,
+        // so neither overlaps the input slice nor each other. Both slices are
+        // dropped before the call returns.
+        let (slots, text) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(p.cast::<i64>(), BUF_TEXT / 8),
+                std::slice::from_raw_parts_mut(p.add(BUF_TEXT).cast::<i8>(), TEXT_CAP),
+            )
+        };
+        slots.fill(0);
+        Ok((slots, text))
     }
 }
 
 /// Runs one hot entry point on the raw environment ([`Raw`]): `f` fills
-/// `out.slots` (of which the first `used` go to Java, in the thread's native
-/// buffer [`Buf`], with the text). Returns the status (see the module
-/// documentation); errors, panics and objects take the jni crate's path.
-/// Nothing unwinds out.
+/// `out.slots` and the text, which are the thread's native buffer [`Buf`]
+/// itself (written in place; the slot count `f` returns is not needed).
+/// Returns the status (see the module documentation); errors, panics and
+/// objects take the jni crate's path. Nothing unwinds out.
 fn hot_raw<F>(env: *mut jni::sys::JNIEnv, buf: Buf, objs: jni::sys::jobjectArray, f: F) -> jint
 where
     F: FnOnce(Raw, &mut Out) -> Result<usize, Fail>,
 {
     let raw = Raw(env);
-    let r = catch_unwind(AssertUnwindSafe(|| -> Result<Out, Fail> {
-        let mut out = Out::new(TEXT_CAP);
-        let used = f(raw, &mut out)?;
-        buf.write(&out, used)?;
-        Ok(out)
+    let r = catch_unwind(AssertUnwindSafe(|| -> Result<Objects, Fail> {
+        let (slots, text) = buf.output()?;
+        let mut out = Out::new(slots, text);
+        f(raw, &mut out)?;
+        Ok(out.objects)
     }));
     let r = match r {
-        Ok(Ok(out)) if out.objects.is_empty() => return 0,
+        Ok(Ok(objects)) if objects.is_empty() => return 0,
         Ok(Err(Fail::Pending)) => return 0,
-        Ok(Ok(out)) => Ok(out),
+        Ok(Ok(objects)) => Ok(objects),
         Ok(Err(e)) => Err(Ok(e)),
         Err(payload) => Err(Err(panic_message(payload))),
     };
@@ -642,7 +645,7 @@ where
             // SAFETY: the caller's local reference to an Object[].
             let objs = unsafe { JObjectArray::<jni::objects::JObject>::from_raw(env, objs) };
             let fail = match r {
-                Ok(out) => match out.set_objects(env, &objs) {
+                Ok(objects) => match set_objects(&objects, env, &objs) {
                     Ok(()) => return Ok(0),
                     Err(e) => e,
                 },
@@ -851,6 +854,26 @@ fn opt_text(env: &Env<'_>, a: &JByteArray<'_>, what: &str) -> Result<Option<Stri
     }
 }
 
+/// Header name/value pairs, owned.
+type Headers = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The headers from their Java encoding (a null array = none).
+fn headers_of(headers: Option<Vec<u8>>) -> Result<Headers, Fail> {
+    match headers {
+        None => Ok(Vec::new()),
+        Some(h) => parse_headers(&h).ok_or_else(|| arg_fail("malformed header encoding")),
+    }
+}
+
+/// An HTTP status from Java (the core checks 100..=999 itself).
+fn status_of(status: jint) -> Result<u16, Fail> {
+    u16::try_from(status).map_err(|_| {
+        arg_fail(&format!(
+            "HTTP status must be within 100..=999, got {status}"
+        ))
+    })
+}
+
 /// The core response from the Java arguments (a null headers array = none).
 fn response_of(
     status: jint,
@@ -858,16 +881,8 @@ fn response_of(
     body: Option<Vec<u8>>,
     timing_unknown: jboolean,
 ) -> Result<Response, Fail> {
-    let headers = match headers {
-        None => Vec::new(),
-        Some(h) => parse_headers(&h).ok_or_else(|| arg_fail("malformed header encoding"))?,
-    };
-    let Ok(status) = u16::try_from(status) else {
-        return Err(arg_fail(&format!(
-            "HTTP status must be within 100..=999, got {status}"
-        )));
-    };
-    let mut response = Response::new(status);
+    let headers = headers_of(headers)?;
+    let mut response = Response::new(status_of(status)?);
     response.body = body.unwrap_or_default();
     response.headers = headers;
     if timing_unknown {
@@ -1224,14 +1239,24 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse(
 ) -> jint {
     let buf = Buf(buf);
     hot_raw(env, buf, objs, |raw, out| {
-        let response = response_of(
-            status,
-            raw.bytes(headers)?,
-            raw.body(buf, body, body_len)?,
-            timing_unknown,
-        )?;
+        let headers = headers_of(raw.bytes(headers)?)?;
+        // The body is borrowed where it lies (the core copies nothing): the
+        // buffer's input area, or a copy of the array for a longer one.
+        let owned;
+        let body: &[u8] = match usize::try_from(body_len) {
+            Err(_) => {
+                owned = raw.bytes(body)?.unwrap_or_default();
+                &owned
+            }
+            Ok(n) if n <= BUF_IN_CAP => buf.input(n)?,
+            Ok(_) => return Err(arg_fail("body length beyond the input buffer")),
+        };
+        let mut response = ResponseRef::new(status_of(status)?, body).headers(&headers);
+        if timing_unknown {
+            response = response.timing_unknown();
+        }
         decide(out, handle, known_attempt_id, |hb| {
-            hb.handle_response(u64_of(attempt_id), response, u64_of(now_ns))
+            hb.handle_response_ref(u64_of(attempt_id), response, u64_of(now_ns))
         })
     })
 }

@@ -8,6 +8,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Objects;
 import java.util.Optional;
 import java.util.OptionalLong;
 
@@ -142,15 +143,6 @@ final class Slots {
       if (n > 0) {
         buf.get(BUF_TEXT, text, 0, n);
       }
-    }
-
-    /** The last body length's array, reused (never kept: {@link Attempt} copies its body). */
-    private byte[] body = new byte[0];
-
-    byte[] body(byte[] from, int off, int len) {
-      byte[] b = body.length == len ? body : (body = new byte[len]);
-      System.arraycopy(from, off, b, 0, len);
-      return b;
     }
 
     void clear() {
@@ -480,7 +472,10 @@ final class Slots {
       long[] s, int o, Object[] objs, int oo, byte[] text, int t, Attempt known, long origin) {
     long id = s[o + A_ID];
     AttemptKind kind = at(Tables.KINDS, s[o + A_KIND]);
-    Num due = s[o + A_DUE_SET] != 0 ? Num.ofUnsigned(s[o + A_DUE]) : Num.INF;
+    // A finite due time is built on first use (null here).
+    boolean dueSet = s[o + A_DUE_SET] != 0;
+    long dueBits = s[o + A_DUE];
+    Num due = dueSet ? null : Num.INF;
     long keyIndex = s[o + A_KEY_INDEX];
     KeyUse keyUse = at(Tables.KEY_USES, s[o + A_KEY_USE]);
     OptionalLong sent =
@@ -488,30 +483,51 @@ final class Slots {
     boolean zeroWindow = s[o + A_ZERO_WINDOW] != 0;
     if (known != null && known.id() == id) {
       if (known.kind() == kind
-          && known.due().equals(due)
+          && known.dueIs(dueSet, dueBits)
           && known.keyIndex() == keyIndex
           && known.keyUse() == keyUse
           && known.sentNanoTime().equals(sent)
           && known.zeroWindowRetry() == zeroWindow) {
         return known;
       }
-      return new Attempt(
-          id, kind, due, known.key(), keyIndex, keyUse, known.body(), sent, zeroWindow, origin);
+      return known.with(kind, due, dueBits, keyIndex, keyUse, sent, zeroWindow);
     }
     long keyLen = s[o + A_KEY_LEN];
     long bodyLen = s[o + A_BODY_LEN];
+    if (keyLen >= 0 && bodyLen >= 0) {
+      // The usual case: key and body in the text buffer, copied once; the key String is built
+      // on first use.
+      byte[] bytes = Arrays.copyOfRange(text, t, t + (int) (keyLen + bodyLen));
+      return new Attempt(
+          id,
+          kind,
+          due,
+          dueBits,
+          null,
+          bytes,
+          (int) keyLen,
+          keyIndex,
+          keyUse,
+          sent,
+          zeroWindow,
+          origin);
+    }
     int b = t + (int) Math.max(0, keyLen);
-    // The Attempt copies its body: a text body goes through the thread's reusable array.
     byte[] body =
-        bodyLen == -2 ? (byte[]) objs[oo + O_BODY] : scratch().body(text, b, (int) bodyLen);
+        bodyLen == -2
+            ? (byte[]) objs[oo + O_BODY]
+            : Arrays.copyOfRange(text, b, b + (int) bodyLen);
+    // Both fresh (a copy, or an object made for this call): owned by the attempt as they are.
     return new Attempt(
         id,
         kind,
         due,
-        str(keyLen, text, t, objs, oo + O_KEY),
+        dueBits,
+        Objects.requireNonNull(str(keyLen, text, t, objs, oo + O_KEY), "key"),
+        body,
+        0,
         keyIndex,
         keyUse,
-        body,
         sent,
         zeroWindow,
         origin);

@@ -566,4 +566,72 @@ class HeartbeatApiTest {
       assertTrue(d.toJson().startsWith("{"), d.toJson());
     }
   }
+
+  /**
+   * A heartbeat's attempt (key, body and due time decoded lazily) has a record's semantics: equal
+   * to, with the same hash and text as, the attempt built from its accessors with the public
+   * constructor; the body is a copy each time; the awaited attempt after handleSent differs only
+   * in sentNanoTime and shares nothing mutable.
+   */
+  @Test
+  void attemptsBehaveAsRecords() {
+    try (Heartbeat hb = workedExample(5)) {
+      Attempt create = hb.pollAction().attempt().orElseThrow();
+      Attempt copy =
+          new Attempt(
+              create.id(),
+              create.kind(),
+              create.due(),
+              create.key(),
+              create.keyIndex(),
+              create.keyUse(),
+              create.body(),
+              create.sentNanoTime(),
+              create.zeroWindowRetry(),
+              create.originNanos());
+      assertEquals(copy, create);
+      assertEquals(create, copy);
+      assertEquals(copy.hashCode(), create.hashCode());
+      assertEquals(copy.toString(), create.toString());
+      assertTrue(create.toString().startsWith("Attempt[id=1, kind=create, due=0, key=key-1,"),
+          create.toString());
+      byte[] b = create.body();
+      b[0] = 'x';
+      assertArrayEquals(copy.body(), create.body());
+      hb.handleSent(create.id(), 10);
+      Attempt sent = hb.attempt().orElseThrow();
+      assertNotEquals(create, sent);
+      assertEquals(OptionalLong.of(10), sent.sentNanoTime());
+      assertEquals(create.key(), sent.key());
+      assertArrayEquals(create.body(), sent.body());
+      assertEquals(create.due(), sent.due());
+      Decision d = hb.handleResponse(create.id(), Response.of(200).withBody(CREATE_OK), 1_500 * MS);
+      Attempt extend = hb.pollAction().attempt().orElseThrow();
+      // A finite due time decoded on first use equals the decision's.
+      assertEquals(d.at().orElseThrow(), extend.due());
+      assertEquals(d.dueNanoTime(), extend.dueNanoTime());
+      assertEquals(OptionalLong.of(38_500 * MS), extend.dueNanoTime());
+      assertEquals(1_000 * MS, extend.delayNanos(37_500 * MS));
+      Attempt rebuilt =
+          new Attempt(
+              extend.id(),
+              extend.kind(),
+              d.at().orElseThrow(),
+              "key-2",
+              2,
+              KeyUse.NEW,
+              extend.body(),
+              OptionalLong.empty(),
+              false,
+              5);
+      assertEquals(rebuilt, extend);
+      assertEquals(rebuilt.hashCode(), extend.hashCode());
+      assertThrows(
+          NullPointerException.class,
+          () ->
+              new Attempt(
+                  1, AttemptKind.CREATE, Num.of(0), null, 1, KeyUse.NEW, new byte[0],
+                  OptionalLong.empty(), false, 0));
+    }
+  }
 }
