@@ -13,7 +13,7 @@ use crate::decision::{
 };
 use crate::error::{Error, ErrorKind};
 use crate::keys::{KeySource, UuidV4Keys};
-use crate::schema;
+use crate::{json, schema};
 
 /// The `ttl_ms` used when the caller gives none (D-10).
 pub const DEFAULT_TTL_MS: u64 = 60_000;
@@ -486,6 +486,8 @@ pub struct Heartbeat {
     adopted_key: Option<String>,
     /// The previous attempt's key buffer, reused for the next key.
     spare_key: String,
+    /// The key source's [`KeySource::plain_keys`], asked once.
+    plain_keys: bool,
     key_index: u32,
     next_attempt_id: u64,
     last_event_ns: u64,
@@ -543,6 +545,7 @@ impl Heartbeat {
         config.validate()?;
         Ok(Heartbeat {
             config,
+            plain_keys: keys.plain_keys(),
             keys,
             used_keys: VecDeque::new(),
             adopted_key: None,
@@ -836,7 +839,8 @@ impl Heartbeat {
 
     /// The HTTP response to attempt `attempt_id`, observed at `now_ns` (after
     /// its complete body was received). Same as
-    /// [`Heartbeat::handle_response_ref`] with `response.view()`.
+    /// [`Heartbeat::handle_response_ref`] with `response.view()`, the
+    /// decision cloned.
     pub fn handle_response(
         &mut self,
         attempt_id: u64,
@@ -844,12 +848,15 @@ impl Heartbeat {
         now_ns: u64,
     ) -> Result<Decision, Error> {
         self.handle_response_ref(attempt_id, response.view(), now_ns)
+            .cloned()
     }
 
     /// The HTTP response to attempt `attempt_id`, observed at `now_ns` (after
     /// its complete body was received), borrowed: nothing is copied, so a
     /// caller can pass the bytes of its own receive buffer. The decision is
-    /// the same as [`Heartbeat::handle_response`]'s for the same response.
+    /// the same as [`Heartbeat::handle_response`]'s for the same response,
+    /// borrowed too: it is the heartbeat's [`Heartbeat::last_decision`]
+    /// (clone it to keep it past the next call).
     ///
     /// ```
     /// use leasebeat::{Config, Heartbeat, ResponseRef};
@@ -868,7 +875,7 @@ impl Heartbeat {
         attempt_id: u64,
         response: ResponseRef<'_, N, V>,
         now_ns: u64,
-    ) -> Result<Decision, Error> {
+    ) -> Result<&Decision, Error> {
         self.check_outcome(attempt_id, now_ns)?;
         if !(100..=999).contains(&response.status) {
             return Err(Error::new(
@@ -907,11 +914,11 @@ impl Heartbeat {
         match self.attempt.as_ref().expect("checked outstanding").kind {
             AttemptKind::Create => {
                 self.last_event_ns = now_ns;
-                Ok(self.on_create_transient(outcome, now_ns, detail))
+                Ok(self.on_create_transient(outcome, now_ns, detail).clone())
             }
-            AttemptKind::Extend => {
-                self.on_extend_outcome(Class::Transient(outcome, detail), None, now_ns)
-            }
+            AttemptKind::Extend => self
+                .on_extend_outcome(Class::Transient(outcome, detail), None, now_ns)
+                .cloned(),
         }
     }
 
@@ -925,7 +932,8 @@ impl Heartbeat {
             self.anchor.map(|a| a.mode),
             Numbers::default(),
             Some("cancelled by the caller".into()),
-        ))
+        )
+        .clone())
     }
 
     // ----- internals -----
@@ -1053,11 +1061,8 @@ impl Heartbeat {
             body.extend_from_slice(b",\"idempotency_key\":");
         }
         debug_assert_eq!(body.len(), prefix_len);
-        // (No short circuit: the check vectorizes.)
-        let plain = !key.bytes().fold(false, |bad, b| {
-            bad | (b < 0x20) | (b == b'"') | (b == b'\\')
-        });
-        if plain {
+        debug_assert!(!self.plain_keys || json::is_plain(key.as_bytes()));
+        if self.plain_keys || json::is_plain(key.as_bytes()) {
             // Nothing to escape: exactly what serde_json writes.
             body.reserve(key.len() + 3);
             body.push(b'"');
@@ -1071,17 +1076,20 @@ impl Heartbeat {
     }
 
     /// Keeps a finished attempt's key buffer for the next key.
-    fn recycle(&mut self, old: Attempt) {
+    #[inline]
+    fn recycle(&mut self, kind: AttemptKind, key: String) {
         // Not a create's key: it was made on the thread that built the
         // heartbeat, which in a driver is not the one that runs it. Kept for
         // the lease's life, 100,000 such keys pinned the memory of the
         // freed create bodies around them in that thread's malloc arena
         // (about 330 bytes of resident memory per lease).
-        if old.kind == AttemptKind::Extend && old.key.capacity() <= MAX_SPARE_BYTES {
-            self.spare_key = old.key;
+        if kind == AttemptKind::Extend && key.capacity() <= MAX_SPARE_BYTES {
+            self.spare_key = key;
         }
     }
 
+    /// Makes this the outstanding attempt (written over the finished one,
+    /// whose key buffer is kept for the next key).
     #[inline]
     fn install_attempt(
         &mut self,
@@ -1091,7 +1099,7 @@ impl Heartbeat {
         key_use: KeyUse,
         body: Vec<u8>,
         zero_window_retry: bool,
-    ) -> &Attempt {
+    ) {
         if key_use == KeyUse::New {
             self.key_index = self.key_index.saturating_add(1);
             // Keys unique by construction need no memory: the set stays
@@ -1105,20 +1113,35 @@ impl Heartbeat {
         }
         let id = self.next_attempt_id;
         self.next_attempt_id = self.next_attempt_id.saturating_add(1);
-        if let Some(old) = self.attempt.take() {
-            self.recycle(old);
+        let key_index = self.key_index;
+        match self.attempt.as_mut() {
+            Some(a) => {
+                let old_kind = a.kind;
+                let old_key = std::mem::replace(&mut a.key, key);
+                a.id = id;
+                a.kind = kind;
+                a.due_ns = due_ns;
+                a.key_index = key_index;
+                a.key_use = key_use;
+                a.body = body;
+                a.sent_ns = None;
+                a.zero_window_retry = zero_window_retry;
+                self.recycle(old_kind, old_key);
+            }
+            None => {
+                self.attempt = Some(Attempt {
+                    id,
+                    kind,
+                    due_ns,
+                    key,
+                    key_index,
+                    key_use,
+                    body,
+                    sent_ns: None,
+                    zero_window_retry,
+                });
+            }
         }
-        self.attempt.insert(Attempt {
-            id,
-            kind,
-            due_ns,
-            key,
-            key_index: self.key_index,
-            key_use,
-            body,
-            sent_ns: None,
-            zero_window_retry,
-        })
     }
 
     fn retry_same(&mut self, due_ns: Option<u64>, zero_window_retry: bool) -> (u32, AttemptKind) {
@@ -1144,13 +1167,50 @@ impl Heartbeat {
         (key_index, kind)
     }
 
+    /// Makes this the last decision and returns it. Written into the stored
+    /// decision field by field (no 240-byte decision built and moved), and
+    /// the reservation id's reference count is left alone while it stays
+    /// the same (no atomic operation per decision).
+    #[allow(clippy::too_many_arguments)]
     #[inline]
-    fn record(&mut self, d: Decision) -> Decision {
-        let last = self.last.insert(d);
-        if let Some(text) = last.detail.as_mut() {
+    fn record(
+        &mut self,
+        next: Next,
+        at_ns: Option<u64>,
+        key: Option<(KeyUse, u32)>,
+        mode: Option<Mode>,
+        numbers: Numbers,
+        warnings: Warnings,
+        outcome: OutcomeClass,
+        mut detail: Option<String>,
+        instants: (Option<u64>, Option<u64>),
+    ) -> &Decision {
+        if let Some(text) = detail.as_mut() {
             cap_detail(text);
         }
-        last.clone()
+        let proven_until_ns = self.proven_until_ns();
+        let d = self.last.get_or_insert_with(Decision::blank);
+        let same_id = match (&d.reservation_id, &self.reservation_id) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same_id {
+            d.reservation_id.clone_from(&self.reservation_id);
+        }
+        d.next = next;
+        d.at_ns = at_ns;
+        d.key = key.map(|k| k.0);
+        d.key_index = key.map(|k| k.1);
+        d.mode = mode;
+        d.numbers = numbers;
+        d.warnings = warnings;
+        d.outcome = outcome;
+        d.detail = detail;
+        d.proven_until_ns = proven_until_ns;
+        d.expires_at_ms = instants.0;
+        d.remaining_ttl_ms = instants.1;
+        d
     }
 
     fn stop(
@@ -1160,7 +1220,7 @@ impl Heartbeat {
         mode: Option<Mode>,
         numbers: Numbers,
         detail: Option<String>,
-    ) -> Decision {
+    ) -> &Decision {
         self.stop_with(reason, outcome, mode, numbers, detail, (None, None))
     }
 
@@ -1174,25 +1234,20 @@ impl Heartbeat {
         numbers: Numbers,
         detail: Option<String>,
         instants: (Option<u64>, Option<u64>),
-    ) -> Decision {
+    ) -> &Decision {
         self.stopped = Some(reason);
         self.attempt = None;
-        let proven_until_ns = self.proven_until_ns();
-        self.record(Decision {
-            reservation_id: self.reservation_id.clone(),
-            next: Next::Stop(reason),
-            at_ns: None,
-            key: None,
-            key_index: None,
+        self.record(
+            Next::Stop(reason),
+            None,
+            None,
             mode,
             numbers,
-            warnings: Warnings::new(),
+            Warnings::new(),
             outcome,
             detail,
-            proven_until_ns,
-            expires_at_ms: instants.0,
-            remaining_ttl_ms: instants.1,
-        })
+            instants,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1209,23 +1264,18 @@ impl Heartbeat {
         outcome: OutcomeClass,
         detail: Option<String>,
         instants: (Option<u64>, Option<u64>),
-    ) -> Decision {
-        let proven_until_ns = self.proven_until_ns();
-        self.record(Decision {
-            reservation_id: self.reservation_id.clone(),
-            next: Next::Send(kind),
-            at_ns: due_ns,
-            key: Some(key_use),
-            key_index: Some(key_index),
+    ) -> &Decision {
+        self.record(
+            Next::Send(kind),
+            due_ns,
+            Some((key_use, key_index)),
             mode,
             numbers,
             warnings,
             outcome,
             detail,
-            proven_until_ns,
-            expires_at_ms: instants.0,
-            remaining_ttl_ms: instants.1,
-        })
+            instants,
+        )
     }
 
     /// D-15: receipt of the last primary success plus its lead floor.
@@ -1243,7 +1293,7 @@ impl Heartbeat {
         response: ResponseRef<'_, N, V>,
         rtt: Option<u64>,
         now_ns: u64,
-    ) -> Result<Decision, Error> {
+    ) -> Result<&Decision, Error> {
         let status = response.status;
         match status {
             200 => match schema::create_response(response.body) {
@@ -1343,7 +1393,7 @@ impl Heartbeat {
         outcome: OutcomeClass,
         now_ns: u64,
         detail: String,
-    ) -> Decision {
+    ) -> &Decision {
         if self.create_failed_once {
             return self.stop(
                 StopReason::CreateFailed,
@@ -1382,7 +1432,7 @@ impl Heartbeat {
         grant: Option<i128>,
         rtt: Option<u64>,
         now_ns: u64,
-    ) -> Decision {
+    ) -> &Decision {
         if let Some(r) = rtt {
             self.max_rtt = self.max_rtt.max(r);
         }
@@ -1467,9 +1517,8 @@ impl Heartbeat {
         let due = arith::due_after(now_ns, delay);
         // The success is certain here: the finished attempt's buffer is free.
         let body = self.extend_body(&new_key, true);
-        let key_index = self
-            .install_attempt(AttemptKind::Extend, due, new_key, KeyUse::New, body, false)
-            .key_index;
+        self.install_attempt(AttemptKind::Extend, due, new_key, KeyUse::New, body, false);
+        let key_index = self.key_index;
         self.send_decision(
             AttemptKind::Extend,
             due,
@@ -1510,7 +1559,7 @@ impl Heartbeat {
         class: Class,
         rtt: Option<u64>,
         now_ns: u64,
-    ) -> Result<Decision, Error> {
+    ) -> Result<&Decision, Error> {
         // Only a heartbeat started with `for_reservation` extends before any
         // success; nothing proves a lead then: primary mode, lead floor 0.
         let anchor = self.anchor.unwrap_or(Anchor {
@@ -1592,7 +1641,7 @@ impl Heartbeat {
         throttle: Option<Result<u64, RetryAfterError>>,
         detail: String,
         now_ns: u64,
-    ) -> Decision {
+    ) -> &Decision {
         let was_zero_window_retry = self.attempt.as_ref().is_some_and(|a| a.zero_window_retry);
         let elapsed = arith::ceil_ms(now_ns - anchor.received_ns);
         let mode = Some(anchor.mode);

@@ -381,6 +381,14 @@ fn duplicated<'m>(members: &'m [(Cow<'_, str>, J<'_>)]) -> Option<&'m str> {
         .find(|k| !seen.insert(*k))
 }
 
+/// Whether `s` goes into a JSON string as is: no `"`, `\\` or control
+/// character (below U+0020).
+pub(crate) fn is_plain(s: &[u8]) -> bool {
+    // (No short circuit: the check vectorizes.)
+    !s.iter()
+        .fold(false, |bad, &b| bad | (b < 0x20) | (b == b'"') | (b == b'\\'))
+}
+
 /// The fast path for the common extend success body: an object holding
 /// only `"status":"ACTIVE"`, `expires_at_ms` and optionally
 /// `remaining_ttl_ms`, each once, integers as plain digit literals of at most
