@@ -98,6 +98,7 @@ impl Config {
         Ok(())
     }
 
+    #[inline]
     fn timeout(&self) -> Option<u64> {
         self.request_timeout_ms.filter(|t| *t != u64::MAX)
     }
@@ -822,14 +823,7 @@ impl Heartbeat {
     /// due (a late timer) or earlier (a stalled clock) is accepted.
     #[inline]
     pub fn handle_sent(&mut self, attempt_id: u64, now_ns: u64) -> Result<(), Error> {
-        self.check_live(now_ns)?;
-        let attempt = self.outstanding(attempt_id)?;
-        if attempt.sent_ns.is_some() {
-            return Err(Error::new(
-                ErrorKind::AlreadySent,
-                format!("attempt {attempt_id} was already marked sent"),
-            ));
-        }
+        self.check_event(attempt_id, now_ns, false)?;
         self.last_event_ns = now_ns;
         if let Some(a) = self.attempt.as_mut() {
             a.sent_ns = Some(now_ns);
@@ -878,13 +872,7 @@ impl Heartbeat {
     ) -> Result<&Decision, Error> {
         self.check_outcome(attempt_id, now_ns)?;
         if !(100..=999).contains(&response.status) {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "HTTP status must be within 100..=999, got {}",
-                    response.status
-                ),
-            ));
+            return Err(status_error(response.status));
         }
         let attempt = self.attempt.as_ref().expect("checked outstanding");
         let sent_ns = attempt.sent_ns.expect("checked sent");
@@ -926,14 +914,15 @@ impl Heartbeat {
     pub fn cancel(&mut self, now_ns: u64) -> Result<Decision, Error> {
         self.check_live(now_ns)?;
         self.last_event_ns = now_ns;
-        Ok(self.stop(
-            StopReason::Cancelled,
-            OutcomeClass::Cancelled,
-            self.anchor.map(|a| a.mode),
-            Numbers::default(),
-            Some("cancelled by the caller".into()),
-        )
-        .clone())
+        Ok(self
+            .stop(
+                StopReason::Cancelled,
+                OutcomeClass::Cancelled,
+                self.anchor.map(|a| a.mode),
+                Numbers::default(),
+                Some("cancelled by the caller".into()),
+            )
+            .clone())
     }
 
     // ----- internals -----
@@ -978,19 +967,51 @@ impl Heartbeat {
 
     #[inline]
     fn check_outcome(&self, attempt_id: u64, now_ns: u64) -> Result<(), Error> {
-        self.check_live(now_ns)?;
-        let attempt = self.outstanding(attempt_id)?;
-        if attempt.sent_ns.is_none() {
-            return Err(Error::new(
+        self.check_event(attempt_id, now_ns, true)
+    }
+
+    /// The checks of an event about attempt `attempt_id` at `now_ns`: live,
+    /// time not going backwards, the outstanding attempt, marked sent
+    /// exactly when `sent` (an outcome) or not (`handle_sent`). The error
+    /// is built out of line (see [`Heartbeat::event_error`]).
+    #[inline]
+    fn check_event(&self, attempt_id: u64, now_ns: u64, sent: bool) -> Result<(), Error> {
+        let fine = self.stopped.is_none()
+            && now_ns >= self.last_event_ns
+            && matches!(&self.attempt, Some(a) if a.id == attempt_id && a.sent_ns.is_some() == sent);
+        if fine {
+            Ok(())
+        } else {
+            Err(self.event_error(attempt_id, now_ns, sent))
+        }
+    }
+
+    /// The error [`Heartbeat::check_event`] found, from the first failing
+    /// check in its order.
+    #[cold]
+    #[inline(never)]
+    fn event_error(&self, attempt_id: u64, now_ns: u64, sent: bool) -> Error {
+        if let Err(e) = self.check_live(now_ns) {
+            return e;
+        }
+        if let Err(e) = self.outstanding(attempt_id) {
+            return e;
+        }
+        if sent {
+            Error::new(
                 ErrorKind::NotSent,
                 format!("attempt {attempt_id} was never marked sent; call handle_sent first"),
-            ));
+            )
+        } else {
+            Error::new(
+                ErrorKind::AlreadySent,
+                format!("attempt {attempt_id} was already marked sent"),
+            )
         }
-        Ok(())
     }
 
     /// A new key, validated but not yet recorded as used.
-    #[inline]
+    #[inline(always)]
     fn fresh_key(&mut self) -> Result<String, Error> {
         let mut key = std::mem::take(&mut self.spare_key);
         self.keys.write_key(&mut key);
@@ -1004,7 +1025,10 @@ impl Heartbeat {
                 ),
             ));
         }
-        if self.adopted_key.as_ref() == Some(&key) || self.used_keys.contains(&key) {
+        // (`VecDeque::contains` is not free on an empty deque.)
+        if self.adopted_key.as_ref() == Some(&key)
+            || (!self.used_keys.is_empty() && self.used_keys.contains(&key))
+        {
             return Err(Error::new(
                 ErrorKind::InvalidKey,
                 format!("the key source returned {key:?}, which this lease already used"),
@@ -1170,7 +1194,8 @@ impl Heartbeat {
     /// Makes this the last decision and returns it. Written into the stored
     /// decision field by field (no 240-byte decision built and moved), and
     /// the reservation id's reference count is left alone while it stays
-    /// the same (no atomic operation per decision).
+    /// the same (no atomic operation per decision). `numbers` `None`: they
+    /// are in place already (see [`Heartbeat::numbers_in_place`]).
     #[allow(clippy::too_many_arguments)]
     #[inline]
     fn record(
@@ -1179,7 +1204,7 @@ impl Heartbeat {
         at_ns: Option<u64>,
         key: Option<(KeyUse, u32)>,
         mode: Option<Mode>,
-        numbers: Numbers,
+        numbers: Option<Numbers>,
         warnings: Warnings,
         outcome: OutcomeClass,
         mut detail: Option<String>,
@@ -1203,7 +1228,9 @@ impl Heartbeat {
         d.key = key.map(|k| k.0);
         d.key_index = key.map(|k| k.1);
         d.mode = mode;
-        d.numbers = numbers;
+        if let Some(numbers) = numbers {
+            d.numbers = numbers;
+        }
         d.warnings = warnings;
         d.outcome = outcome;
         d.detail = detail;
@@ -1211,6 +1238,16 @@ impl Heartbeat {
         d.expires_at_ms = instants.0;
         d.remaining_ttl_ms = instants.1;
         d
+    }
+
+    /// The numbers of the decision about to be recorded, written straight
+    /// into the stored decision (no 120-byte copy): the caller then records
+    /// with `numbers` `None`, and nothing may fail in between.
+    #[inline]
+    fn numbers_in_place(last: &mut Option<Decision>) -> &mut Numbers {
+        let numbers = &mut last.get_or_insert_with(Decision::blank).numbers;
+        *numbers = Numbers::default();
+        numbers
     }
 
     fn stop(
@@ -1221,7 +1258,7 @@ impl Heartbeat {
         numbers: Numbers,
         detail: Option<String>,
     ) -> &Decision {
-        self.stop_with(reason, outcome, mode, numbers, detail, (None, None))
+        self.stop_with(reason, outcome, mode, Some(numbers), detail, (None, None))
     }
 
     /// A stop; `instants` are the deciding success's `expires_at_ms` and
@@ -1231,7 +1268,7 @@ impl Heartbeat {
         reason: StopReason,
         outcome: OutcomeClass,
         mode: Option<Mode>,
-        numbers: Numbers,
+        numbers: Option<Numbers>,
         detail: Option<String>,
         instants: (Option<u64>, Option<u64>),
     ) -> &Decision {
@@ -1259,7 +1296,7 @@ impl Heartbeat {
         key_use: KeyUse,
         key_index: u32,
         mode: Option<Mode>,
-        numbers: Numbers,
+        numbers: Option<Numbers>,
         warnings: Warnings,
         outcome: OutcomeClass,
         detail: Option<String>,
@@ -1411,7 +1448,7 @@ impl Heartbeat {
             KeyUse::Same,
             key_index,
             None,
-            Numbers::default(),
+            Some(Numbers::default()),
             Warnings::new(),
             outcome,
             Some(format!("{detail}; one immediate same-key create retry")),
@@ -1438,7 +1475,11 @@ impl Heartbeat {
         }
         let previous = self.anchor;
         self.last_failure = None;
-        let mut numbers = Numbers::default();
+        let lead_min = match remaining {
+            Some(_) => 0,
+            None => self.lead_min(now_ns),
+        };
+        let numbers = Heartbeat::numbers_in_place(&mut self.last);
         if let Some(rtt) = rtt {
             numbers.put_ms(slot::rtt, rtt);
         }
@@ -1467,7 +1508,6 @@ impl Heartbeat {
                 )
             }
             None => {
-                let lead_min = self.lead_min(now_ns);
                 numbers.set_lead_min(Some(Num::Int(lead_min)));
                 match grant {
                     // FB-02: the first beat right after the create.
@@ -1509,7 +1549,7 @@ impl Heartbeat {
                 StopReason::LeaseTooShort,
                 OutcomeClass::Success,
                 Some(mode),
-                numbers,
+                None,
                 Some("two consecutive successes gave next_delay 0: the lease is shorter than its retry-safety budget".into()),
                 (expires_at, remaining),
             );
@@ -1525,7 +1565,7 @@ impl Heartbeat {
             KeyUse::New,
             key_index,
             Some(mode),
-            numbers,
+            None,
             warnings,
             OutcomeClass::Success,
             None,
@@ -1772,7 +1812,7 @@ impl Heartbeat {
             KeyUse::Same,
             key_index,
             mode,
-            numbers,
+            Some(numbers),
             Warnings::new(),
             outcome,
             Some(detail),
@@ -1804,6 +1844,15 @@ fn check_adopted_body(body: &[u8], key: &str) -> Result<(), Error> {
             "the adopted create's body carries an idempotency_key different from its key",
         )),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn status_error(status: u16) -> Error {
+    Error::new(
+        ErrorKind::InvalidArgument,
+        format!("HTTP status must be within 100..=999, got {status}"),
+    )
 }
 
 /// Cuts a detail text to [`MAX_DETAIL_BYTES`], marker included.

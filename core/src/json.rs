@@ -385,8 +385,9 @@ fn duplicated<'m>(members: &'m [(Cow<'_, str>, J<'_>)]) -> Option<&'m str> {
 /// character (below U+0020).
 pub(crate) fn is_plain(s: &[u8]) -> bool {
     // (No short circuit: the check vectorizes.)
-    !s.iter()
-        .fold(false, |bad, &b| bad | (b < 0x20) | (b == b'"') | (b == b'\\'))
+    !s.iter().fold(false, |bad, &b| {
+        bad | (b < 0x20) | (b == b'"') | (b == b'\\')
+    })
 }
 
 /// The fast path for the common extend success body: an object holding

@@ -121,6 +121,14 @@ impl SequentialKeys {
             return;
         }
         self.next += 1;
+        // Nine times in ten only the last digit changes.
+        if let Some(&d) = self.text.as_bytes().last() {
+            if (b'0'..b'9').contains(&d) && self.text.len() > self.prefix_len {
+                self.text.pop();
+                self.text.push(char::from(d + 1));
+                return;
+            }
+        }
         // A decimal increment of the digits: the last digit that is not a
         // 9 goes up by one, the nines after it become zeros (all nines: a 1
         // and one zero more).
@@ -237,8 +245,14 @@ mod tests {
         assert!(!k.unique_by_construction());
         assert_eq!(k.next_key(), format!("é-{}", u64::MAX));
         assert_eq!(k.next_key(), format!("é-{}", u64::MAX));
-        assert_eq!(format!("{k:?}"), format!("SequentialKeys(\"é-\", next {})", u64::MAX));
+        assert_eq!(
+            format!("{k:?}"),
+            format!("SequentialKeys(\"é-\", next {})", u64::MAX)
+        );
         let mut empty = SequentialKeys::new("");
-        assert_eq!((empty.next_key(), empty.next_key()), ("1".into(), "2".into()));
+        assert_eq!(
+            (empty.next_key(), empty.next_key()),
+            ("1".into(), "2".into())
+        );
     }
 }
