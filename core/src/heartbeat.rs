@@ -1049,7 +1049,7 @@ impl Heartbeat {
     /// `{"extend_by_ms":N,"idempotency_key":"..."}` (members in
     /// lexicographic order). With `reuse`, written into the finished
     /// attempt's body buffer.
-    #[inline]
+    #[inline(always)]
     fn extend_body(&mut self, key: &str, reuse: bool) -> Vec<u8> {
         // `{"extend_by_ms":` + the ttl's digits + `,"idempotency_key":`
         let ttl = self.config.ttl_ms;
@@ -1100,7 +1100,7 @@ impl Heartbeat {
     }
 
     /// Keeps a finished attempt's key buffer for the next key.
-    #[inline]
+    #[inline(always)]
     fn recycle(&mut self, kind: AttemptKind, key: String) {
         // Not a create's key: it was made on the thread that built the
         // heartbeat, which in a driver is not the one that runs it. Kept for
@@ -1114,7 +1114,7 @@ impl Heartbeat {
 
     /// Makes this the outstanding attempt (written over the finished one,
     /// whose key buffer is kept for the next key).
-    #[inline]
+    #[inline(always)]
     fn install_attempt(
         &mut self,
         kind: AttemptKind,
@@ -1197,7 +1197,7 @@ impl Heartbeat {
     /// the same (no atomic operation per decision). `numbers` `None`: they
     /// are in place already (see [`Heartbeat::numbers_in_place`]).
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn record(
         &mut self,
         next: Next,
@@ -1243,7 +1243,7 @@ impl Heartbeat {
     /// The numbers of the decision about to be recorded, written straight
     /// into the stored decision (no 120-byte copy): the caller then records
     /// with `numbers` `None`, and nothing may fail in between.
-    #[inline]
+    #[inline(always)]
     fn numbers_in_place(last: &mut Option<Decision>) -> &mut Numbers {
         let numbers = &mut last.get_or_insert_with(Decision::blank).numbers;
         *numbers = Numbers::default();
@@ -1288,7 +1288,7 @@ impl Heartbeat {
     }
 
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn send_decision(
         &mut self,
         kind: AttemptKind,
@@ -1460,7 +1460,7 @@ impl Heartbeat {
 
     /// A schema-valid success observed at `now_ns`. `grant` is `None` for the
     /// create (which contributes 0) and the measured grant for an extension.
-    #[inline]
+    #[inline(always)]
     fn on_success(
         &mut self,
         new_key: String,
@@ -1616,7 +1616,7 @@ impl Heartbeat {
                 let key = self.fresh_key()?;
                 self.last_event_ns = now_ns;
                 let expires_at = expires_at.expect("extend bodies carry expires_at_ms");
-                if self.anchor.is_none() {
+                let grant = if self.anchor.is_none() {
                     // The first success of an existing reservation anchors
                     // the grant bookkeeping as a create would (FB-01/02).
                     self.grants = GrantBook {
@@ -1624,23 +1624,18 @@ impl Heartbeat {
                         sum_grants: Split128::default(),
                         last_expires_at: Some(expires_at),
                     };
-                    return Ok(self.on_success(
-                        key,
-                        remaining,
-                        Some(expires_at),
-                        None,
-                        rtt,
-                        now_ns,
-                    ));
-                }
-                let grant = match self.grants.last_expires_at {
-                    Some(prev) => i128::from(expires_at) - i128::from(prev),
-                    None => 0,
+                    None
+                } else {
+                    let grant = match self.grants.last_expires_at {
+                        Some(prev) => i128::from(expires_at) - i128::from(prev),
+                        None => 0,
+                    };
+                    self.grants.sum_grants =
+                        Split128::of(self.grants.sum_grants.get().saturating_add(grant));
+                    self.grants.last_expires_at = Some(expires_at);
+                    Some(grant)
                 };
-                self.grants.sum_grants =
-                    Split128::of(self.grants.sum_grants.get().saturating_add(grant));
-                self.grants.last_expires_at = Some(expires_at);
-                Ok(self.on_success(key, remaining, Some(expires_at), Some(grant), rtt, now_ns))
+                Ok(self.on_success(key, remaining, Some(expires_at), grant, rtt, now_ns))
             }
             Class::Stop(reason, outcome, detail) => {
                 self.last_event_ns = now_ns;
