@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -372,7 +373,8 @@ struct Anchor {
     lead_floor: u64,
     mode: Mode,
     /// Current fallback cadence; `None` before any fallback extension success.
-    cadence: Option<u64>,
+    /// (Never 0: a cadence is at least 1000 ms.)
+    cadence: Option<NonZeroU64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -432,11 +434,29 @@ impl Split128 {
     }
 }
 
+/// `v + 1` (`v` is an `expires_at_ms`, at most `i64::MAX`).
+#[inline]
+fn plus_1(v: Option<u64>) -> Option<NonZeroU64> {
+    v.and_then(|v| NonZeroU64::new(v.wrapping_add(1)))
+}
+
+/// The keys a heartbeat remembers (see [`Heartbeat::fresh_key`]).
+#[derive(Default)]
+struct KeyMemory {
+    /// The most recent keys of a source not unique by construction, at most
+    /// [`MAX_REMEMBERED_KEYS`].
+    used_keys: VecDeque<String>,
+    /// An adopted create's key: remembered for the lease's life.
+    adopted_key: Option<String>,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 struct GrantBook {
     create_received_ns: u64,
     sum_grants: Split128,
-    last_expires_at: Option<u64>,
+    /// The last `expires_at_ms` plus one (which cannot overflow: it is at
+    /// most `i64::MAX`), so that it fits in one word.
+    last_expires_at_plus_1: Option<NonZeroU64>,
 }
 
 enum Class {
@@ -480,11 +500,9 @@ enum Class {
 pub struct Heartbeat {
     config: Config,
     keys: Box<dyn KeySource>,
-    /// The most recent keys of a source not unique by construction, at most
-    /// [`MAX_REMEMBERED_KEYS`].
-    used_keys: VecDeque<String>,
-    /// An adopted create's key: remembered for the lease's life.
-    adopted_key: Option<String>,
+    /// The keys this lease remembers, if any (most leases remember none:
+    /// boxed, so that they cost one word).
+    memory: Option<Box<KeyMemory>>,
     /// The previous attempt's key buffer, reused for the next key.
     spare_key: String,
     /// The key source's [`KeySource::plain_keys`], asked once.
@@ -520,7 +538,10 @@ impl fmt::Debug for Heartbeat {
             .field("create_failed_once", &self.create_failed_once)
             .field("last_failure", &self.last_failure)
             .field("grants", &self.grants)
-            .field("used_keys", &self.used_keys.len())
+            .field(
+                "used_keys",
+                &self.memory.as_ref().map_or(0, |m| m.used_keys.len()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -548,8 +569,7 @@ impl Heartbeat {
             config,
             plain_keys: keys.plain_keys(),
             keys,
-            used_keys: VecDeque::new(),
-            adopted_key: None,
+            memory: None,
             spare_key: String::new(),
             key_index: 0,
             next_attempt_id: 1,
@@ -658,7 +678,7 @@ impl Heartbeat {
         hb.config.create_request = Map::new();
         let sent = sent_ns.unwrap_or(received_ns);
         // The caller chose this key: remember it, so no key source reuses it.
-        hb.adopted_key = Some(key.clone());
+        hb.memory_mut().adopted_key = Some(key.clone());
         hb.install_attempt(
             AttemptKind::Create,
             Some(sent),
@@ -750,7 +770,7 @@ impl Heartbeat {
     /// create, and for a heartbeat made by [`Heartbeat::for_reservation`].
     pub fn create_request(&self) -> Option<Map<String, Value>> {
         let attempt = self.attempt.as_ref()?;
-        if attempt.kind != AttemptKind::Create || self.adopted_key.is_some() {
+        if attempt.kind != AttemptKind::Create || self.adopted_key().is_some() {
             return None;
         }
         let mut members: Map<String, Value> = serde_json::from_slice(&attempt.body).ok()?;
@@ -1010,6 +1030,14 @@ impl Heartbeat {
         }
     }
 
+    fn adopted_key(&self) -> Option<&String> {
+        self.memory.as_ref()?.adopted_key.as_ref()
+    }
+
+    fn memory_mut(&mut self) -> &mut KeyMemory {
+        self.memory.get_or_insert_with(Box::default)
+    }
+
     /// A new key, validated but not yet recorded as used.
     #[inline(always)]
     fn fresh_key(&mut self) -> Result<String, Error> {
@@ -1026,8 +1054,10 @@ impl Heartbeat {
             ));
         }
         // (`VecDeque::contains` is not free on an empty deque.)
-        if self.adopted_key.as_ref() == Some(&key)
-            || (!self.used_keys.is_empty() && self.used_keys.contains(&key))
+        if self
+            .memory
+            .as_ref()
+            .is_some_and(|m| m.adopted_key.as_ref() == Some(&key) || m.used_keys.contains(&key))
         {
             return Err(Error::new(
                 ErrorKind::InvalidKey,
@@ -1129,10 +1159,11 @@ impl Heartbeat {
             // Keys unique by construction need no memory: the set stays
             // bounded over a long lease (see `KeySource::unique_by_construction`).
             if !self.keys.unique_by_construction() {
-                if self.used_keys.len() >= MAX_REMEMBERED_KEYS {
-                    self.used_keys.pop_front();
+                let used = &mut self.memory_mut().used_keys;
+                if used.len() >= MAX_REMEMBERED_KEYS {
+                    used.pop_front();
                 }
-                self.used_keys.push_back(key.clone());
+                used.push_back(key.clone());
             }
         }
         let id = self.next_attempt_id;
@@ -1363,7 +1394,7 @@ impl Heartbeat {
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
                         sum_grants: Split128::default(),
-                        last_expires_at: body.expires_at_ms,
+                        last_expires_at_plus_1: plus_1(body.expires_at_ms),
                     };
                     Ok(self.on_success(
                         key,
@@ -1533,7 +1564,7 @@ impl Heartbeat {
                         if delay > 0 {
                             self.zero_streak = 0;
                         }
-                        (Mode::Fallback, delay, 0, Some(c.cadence))
+                        (Mode::Fallback, delay, 0, NonZeroU64::new(c.cadence))
                     }
                 }
             }
@@ -1578,6 +1609,7 @@ impl Heartbeat {
     fn fallback_cadence(&self, anchor: Anchor) -> u64 {
         anchor
             .cadence
+            .map(NonZeroU64::get)
             .unwrap_or_else(|| arith::hold_cadence(self.config.ttl_ms))
     }
 
@@ -1622,17 +1654,17 @@ impl Heartbeat {
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
                         sum_grants: Split128::default(),
-                        last_expires_at: Some(expires_at),
+                        last_expires_at_plus_1: plus_1(Some(expires_at)),
                     };
                     None
                 } else {
-                    let grant = match self.grants.last_expires_at {
-                        Some(prev) => i128::from(expires_at) - i128::from(prev),
+                    let grant = match self.grants.last_expires_at_plus_1 {
+                        Some(prev) => i128::from(expires_at) - (i128::from(prev.get()) - 1),
                         None => 0,
                     };
                     self.grants.sum_grants =
                         Split128::of(self.grants.sum_grants.get().saturating_add(grant));
-                    self.grants.last_expires_at = Some(expires_at);
+                    self.grants.last_expires_at_plus_1 = plus_1(Some(expires_at));
                     Some(grant)
                 };
                 Ok(self.on_success(key, remaining, Some(expires_at), grant, rtt, now_ns))
