@@ -123,7 +123,7 @@ impl SequentialKeys {
         self.next += 1;
         // Nine times in ten only the last digit changes.
         if let Some(&d) = self.text.as_bytes().last() {
-            if (b'0'..b'9').contains(&d) && self.text.len() > self.prefix_len {
+            if (b'0'..=b'8').contains(&d) && self.text.len() > self.prefix_len {
                 self.text.pop();
                 self.text.push(char::from(d + 1));
                 return;
