@@ -98,7 +98,7 @@ fn benches(c: &mut Criterion) {
             let d =
                 l.hb.handle_response_ref(id, ResponseRef::new(200, black_box(EXTEND)), l.now)
                     .expect("decided");
-            black_box(&d);
+            black_box(d);
             match l.hb.poll_action() {
                 Action::Send(a) => {
                     id = a.id;
@@ -122,7 +122,7 @@ fn benches(c: &mut Criterion) {
             let d =
                 l.hb.handle_response_ref(id, ResponseRef::new(200, black_box(EXTEND)), l.now)
                     .expect("decided");
-            black_box(&d);
+            black_box(d);
             black_box(l.hb.poll_action());
         })
     });

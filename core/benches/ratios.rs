@@ -72,8 +72,7 @@ fn primary(l: &mut Lease, n: u32) {
         let d =
             l.hb.handle_response_ref(id, ResponseRef::new(200, black_box(EXTEND)), due + 100 * MS)
                 .expect("decided");
-        black_box(&d);
-        drop(d);
+        black_box(d);
         (id, due) = l.poll();
     }
 }
@@ -105,8 +104,7 @@ fn beat(l: &mut Lease, n: u32) {
         let d =
             l.hb.handle_response_ref(id, ResponseRef::new(200, black_box(EXTEND)), due + 100 * MS)
                 .expect("decided");
-        black_box(&d);
-        drop(d);
+        black_box(d);
         black_box(l.hb.poll_action());
     }
 }

@@ -23,11 +23,13 @@ pub const MAX_RETRY_DELAY_MS: u64 = 30_000;
 const NS_PER_MS: u64 = 1_000_000;
 
 /// Saturating addition where [`INFINITE`] absorbs everything.
+#[inline]
 pub fn add(a: u64, b: u64) -> u64 {
     a.saturating_add(b)
 }
 
 /// Saturating doubling where [`INFINITE`] stays infinite.
+#[inline]
 pub fn double(a: u64) -> u64 {
     a.saturating_mul(2)
 }
@@ -39,6 +41,7 @@ pub fn double(a: u64) -> u64 {
 /// assert_eq!(leasebeat::arith::ceil_ms(1_500_000_000), 1500);
 /// assert_eq!(leasebeat::arith::ceil_ms(0), 0);
 /// ```
+#[inline]
 pub fn ceil_ms(nanos: u64) -> u64 {
     nanos.div_ceil(NS_PER_MS)
 }
@@ -46,6 +49,7 @@ pub fn ceil_ms(nanos: u64) -> u64 {
 /// `at + delay_ms` in nanoseconds, or `None` when the sum overflows `u64`
 /// nanoseconds (a due time of +infinity, P-2). An infinite delay is an infinite
 /// due time.
+#[inline]
 pub fn due_after(at_ns: u64, delay_ms: u64) -> Option<u64> {
     if delay_ms == INFINITE {
         return None;
@@ -67,6 +71,7 @@ pub fn due_after(at_ns: u64, delay_ms: u64) -> Option<u64> {
 /// assert_eq!(attempt_budget(Some(2_000), 1_500), 3_000);
 /// assert_eq!(attempt_budget(None, 0), INFINITE);
 /// ```
+#[inline]
 pub fn attempt_budget(request_timeout_ms: Option<u64>, max_rtt_ms: u64) -> u64 {
     let timeout = request_timeout_ms.unwrap_or(INFINITE);
     timeout.max(MIN_BUDGET_MS).max(double(max_rtt_ms))
@@ -78,11 +83,13 @@ pub fn attempt_budget(request_timeout_ms: Option<u64>, max_rtt_ms: u64) -> u64 {
 /// assert_eq!(leasebeat::arith::safety_margin(1_500), 3_000);
 /// assert_eq!(leasebeat::arith::safety_margin(20), 1_000);
 /// ```
+#[inline]
 pub fn safety_margin(max_rtt_ms: u64) -> u64 {
     MIN_BUDGET_MS.max(double(max_rtt_ms))
 }
 
 /// `retry_reserve = 2 x attempt_budget + safety_margin`, saturating.
+#[inline]
 pub fn retry_reserve(attempt_budget_ms: u64, safety_margin_ms: u64) -> u64 {
     add(double(attempt_budget_ms), safety_margin_ms)
 }
@@ -122,6 +129,7 @@ pub struct PrimarySchedule {
 /// assert_eq!(s.retry_reserve, 61_000);
 /// assert_eq!(s.next_delay, 0);
 /// ```
+#[inline]
 pub fn primary_schedule(
     remaining_ttl_ms: u64,
     rtt_ms: Option<u64>,

@@ -651,6 +651,25 @@ pub(crate) fn write_exact(m: &Map<String, Value>) -> String {
 }
 
 impl Decision {
+    /// A placeholder, overwritten before anyone sees it.
+    pub(crate) fn blank() -> Decision {
+        Decision {
+            reservation_id: None,
+            next: Next::Stop(StopReason::Cancelled),
+            at_ns: None,
+            key: None,
+            key_index: None,
+            mode: None,
+            numbers: Numbers::default(),
+            warnings: Warnings::new(),
+            outcome: OutcomeClass::Cancelled,
+            detail: None,
+            proven_until_ns: None,
+            expires_at_ms: None,
+            remaining_ttl_ms: None,
+        }
+    }
+
     /// The stop reason, if this decision stops the heartbeat.
     pub fn stop_reason(&self) -> Option<StopReason> {
         match self.next {

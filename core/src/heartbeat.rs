@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -13,7 +14,7 @@ use crate::decision::{
 };
 use crate::error::{Error, ErrorKind};
 use crate::keys::{KeySource, UuidV4Keys};
-use crate::schema;
+use crate::{json, schema};
 
 /// The `ttl_ms` used when the caller gives none (D-10).
 pub const DEFAULT_TTL_MS: u64 = 60_000;
@@ -98,6 +99,7 @@ impl Config {
         Ok(())
     }
 
+    #[inline]
     fn timeout(&self) -> Option<u64> {
         self.request_timeout_ms.filter(|t| *t != u64::MAX)
     }
@@ -371,7 +373,8 @@ struct Anchor {
     lead_floor: u64,
     mode: Mode,
     /// Current fallback cadence; `None` before any fallback extension success.
-    cadence: Option<u64>,
+    /// (Never 0: a cadence is at least 1000 ms.)
+    cadence: Option<NonZeroU64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -431,11 +434,29 @@ impl Split128 {
     }
 }
 
+/// `v + 1` (`v` is an `expires_at_ms`, at most `i64::MAX`).
+#[inline]
+fn plus_1(v: Option<u64>) -> Option<NonZeroU64> {
+    v.and_then(|v| NonZeroU64::new(v.wrapping_add(1)))
+}
+
+/// The keys a heartbeat remembers (see [`Heartbeat::fresh_key`]).
+#[derive(Default)]
+struct KeyMemory {
+    /// The most recent keys of a source not unique by construction, at most
+    /// [`MAX_REMEMBERED_KEYS`].
+    used_keys: VecDeque<String>,
+    /// An adopted create's key: remembered for the lease's life.
+    adopted_key: Option<String>,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 struct GrantBook {
     create_received_ns: u64,
     sum_grants: Split128,
-    last_expires_at: Option<u64>,
+    /// The last `expires_at_ms` plus one (which cannot overflow: it is at
+    /// most `i64::MAX`), so that it fits in one word.
+    last_expires_at_plus_1: Option<NonZeroU64>,
 }
 
 enum Class {
@@ -479,13 +500,13 @@ enum Class {
 pub struct Heartbeat {
     config: Config,
     keys: Box<dyn KeySource>,
-    /// The most recent keys of a source not unique by construction, at most
-    /// [`MAX_REMEMBERED_KEYS`].
-    used_keys: VecDeque<String>,
-    /// An adopted create's key: remembered for the lease's life.
-    adopted_key: Option<String>,
+    /// The keys this lease remembers, if any (most leases remember none:
+    /// boxed, so that they cost one word).
+    memory: Option<Box<KeyMemory>>,
     /// The previous attempt's key buffer, reused for the next key.
     spare_key: String,
+    /// The key source's [`KeySource::plain_keys`], asked once.
+    plain_keys: bool,
     key_index: u32,
     next_attempt_id: u64,
     last_event_ns: u64,
@@ -517,7 +538,10 @@ impl fmt::Debug for Heartbeat {
             .field("create_failed_once", &self.create_failed_once)
             .field("last_failure", &self.last_failure)
             .field("grants", &self.grants)
-            .field("used_keys", &self.used_keys.len())
+            .field(
+                "used_keys",
+                &self.memory.as_ref().map_or(0, |m| m.used_keys.len()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -543,9 +567,9 @@ impl Heartbeat {
         config.validate()?;
         Ok(Heartbeat {
             config,
+            plain_keys: keys.plain_keys(),
             keys,
-            used_keys: VecDeque::new(),
-            adopted_key: None,
+            memory: None,
             spare_key: String::new(),
             key_index: 0,
             next_attempt_id: 1,
@@ -654,7 +678,7 @@ impl Heartbeat {
         hb.config.create_request = Map::new();
         let sent = sent_ns.unwrap_or(received_ns);
         // The caller chose this key: remember it, so no key source reuses it.
-        hb.adopted_key = Some(key.clone());
+        hb.memory_mut().adopted_key = Some(key.clone());
         hb.install_attempt(
             AttemptKind::Create,
             Some(sent),
@@ -746,7 +770,7 @@ impl Heartbeat {
     /// create, and for a heartbeat made by [`Heartbeat::for_reservation`].
     pub fn create_request(&self) -> Option<Map<String, Value>> {
         let attempt = self.attempt.as_ref()?;
-        if attempt.kind != AttemptKind::Create || self.adopted_key.is_some() {
+        if attempt.kind != AttemptKind::Create || self.adopted_key().is_some() {
             return None;
         }
         let mut members: Map<String, Value> = serde_json::from_slice(&attempt.body).ok()?;
@@ -819,14 +843,7 @@ impl Heartbeat {
     /// due (a late timer) or earlier (a stalled clock) is accepted.
     #[inline]
     pub fn handle_sent(&mut self, attempt_id: u64, now_ns: u64) -> Result<(), Error> {
-        self.check_live(now_ns)?;
-        let attempt = self.outstanding(attempt_id)?;
-        if attempt.sent_ns.is_some() {
-            return Err(Error::new(
-                ErrorKind::AlreadySent,
-                format!("attempt {attempt_id} was already marked sent"),
-            ));
-        }
+        self.check_event(attempt_id, now_ns, false)?;
         self.last_event_ns = now_ns;
         if let Some(a) = self.attempt.as_mut() {
             a.sent_ns = Some(now_ns);
@@ -836,7 +853,8 @@ impl Heartbeat {
 
     /// The HTTP response to attempt `attempt_id`, observed at `now_ns` (after
     /// its complete body was received). Same as
-    /// [`Heartbeat::handle_response_ref`] with `response.view()`.
+    /// [`Heartbeat::handle_response_ref`] with `response.view()`, the
+    /// decision cloned.
     pub fn handle_response(
         &mut self,
         attempt_id: u64,
@@ -844,12 +862,15 @@ impl Heartbeat {
         now_ns: u64,
     ) -> Result<Decision, Error> {
         self.handle_response_ref(attempt_id, response.view(), now_ns)
+            .cloned()
     }
 
     /// The HTTP response to attempt `attempt_id`, observed at `now_ns` (after
     /// its complete body was received), borrowed: nothing is copied, so a
     /// caller can pass the bytes of its own receive buffer. The decision is
-    /// the same as [`Heartbeat::handle_response`]'s for the same response.
+    /// the same as [`Heartbeat::handle_response`]'s for the same response,
+    /// borrowed too: it is the heartbeat's [`Heartbeat::last_decision`]
+    /// (clone it to keep it past the next call).
     ///
     /// ```
     /// use leasebeat::{Config, Heartbeat, ResponseRef};
@@ -868,16 +889,10 @@ impl Heartbeat {
         attempt_id: u64,
         response: ResponseRef<'_, N, V>,
         now_ns: u64,
-    ) -> Result<Decision, Error> {
+    ) -> Result<&Decision, Error> {
         self.check_outcome(attempt_id, now_ns)?;
         if !(100..=999).contains(&response.status) {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "HTTP status must be within 100..=999, got {}",
-                    response.status
-                ),
-            ));
+            return Err(status_error(response.status));
         }
         let attempt = self.attempt.as_ref().expect("checked outstanding");
         let sent_ns = attempt.sent_ns.expect("checked sent");
@@ -907,11 +922,11 @@ impl Heartbeat {
         match self.attempt.as_ref().expect("checked outstanding").kind {
             AttemptKind::Create => {
                 self.last_event_ns = now_ns;
-                Ok(self.on_create_transient(outcome, now_ns, detail))
+                Ok(self.on_create_transient(outcome, now_ns, detail).clone())
             }
-            AttemptKind::Extend => {
-                self.on_extend_outcome(Class::Transient(outcome, detail), None, now_ns)
-            }
+            AttemptKind::Extend => self
+                .on_extend_outcome(Class::Transient(outcome, detail), None, now_ns)
+                .cloned(),
         }
     }
 
@@ -919,13 +934,15 @@ impl Heartbeat {
     pub fn cancel(&mut self, now_ns: u64) -> Result<Decision, Error> {
         self.check_live(now_ns)?;
         self.last_event_ns = now_ns;
-        Ok(self.stop(
-            StopReason::Cancelled,
-            OutcomeClass::Cancelled,
-            self.anchor.map(|a| a.mode),
-            Numbers::default(),
-            Some("cancelled by the caller".into()),
-        ))
+        Ok(self
+            .stop(
+                StopReason::Cancelled,
+                OutcomeClass::Cancelled,
+                self.anchor.map(|a| a.mode),
+                Numbers::default(),
+                Some("cancelled by the caller".into()),
+            )
+            .clone())
     }
 
     // ----- internals -----
@@ -970,19 +987,59 @@ impl Heartbeat {
 
     #[inline]
     fn check_outcome(&self, attempt_id: u64, now_ns: u64) -> Result<(), Error> {
-        self.check_live(now_ns)?;
-        let attempt = self.outstanding(attempt_id)?;
-        if attempt.sent_ns.is_none() {
-            return Err(Error::new(
+        self.check_event(attempt_id, now_ns, true)
+    }
+
+    /// The checks of an event about attempt `attempt_id` at `now_ns`: live,
+    /// time not going backwards, the outstanding attempt, marked sent
+    /// exactly when `sent` (an outcome) or not (`handle_sent`). The error
+    /// is built out of line (see [`Heartbeat::event_error`]).
+    #[inline]
+    fn check_event(&self, attempt_id: u64, now_ns: u64, sent: bool) -> Result<(), Error> {
+        let fine = self.stopped.is_none()
+            && now_ns >= self.last_event_ns
+            && matches!(&self.attempt, Some(a) if a.id == attempt_id && a.sent_ns.is_some() == sent);
+        if fine {
+            Ok(())
+        } else {
+            Err(self.event_error(attempt_id, now_ns, sent))
+        }
+    }
+
+    /// The error [`Heartbeat::check_event`] found, from the first failing
+    /// check in its order.
+    #[cold]
+    #[inline(never)]
+    fn event_error(&self, attempt_id: u64, now_ns: u64, sent: bool) -> Error {
+        if let Err(e) = self.check_live(now_ns) {
+            return e;
+        }
+        if let Err(e) = self.outstanding(attempt_id) {
+            return e;
+        }
+        if sent {
+            Error::new(
                 ErrorKind::NotSent,
                 format!("attempt {attempt_id} was never marked sent; call handle_sent first"),
-            ));
+            )
+        } else {
+            Error::new(
+                ErrorKind::AlreadySent,
+                format!("attempt {attempt_id} was already marked sent"),
+            )
         }
-        Ok(())
+    }
+
+    fn adopted_key(&self) -> Option<&String> {
+        self.memory.as_ref()?.adopted_key.as_ref()
+    }
+
+    fn memory_mut(&mut self) -> &mut KeyMemory {
+        self.memory.get_or_insert_with(Box::default)
     }
 
     /// A new key, validated but not yet recorded as used.
-    #[inline]
+    #[inline(always)]
     fn fresh_key(&mut self) -> Result<String, Error> {
         let mut key = std::mem::take(&mut self.spare_key);
         self.keys.write_key(&mut key);
@@ -996,7 +1053,12 @@ impl Heartbeat {
                 ),
             ));
         }
-        if self.adopted_key.as_ref() == Some(&key) || self.used_keys.contains(&key) {
+        // (`VecDeque::contains` is not free on an empty deque.)
+        if self
+            .memory
+            .as_ref()
+            .is_some_and(|m| m.adopted_key.as_ref() == Some(&key) || m.used_keys.contains(&key))
+        {
             return Err(Error::new(
                 ErrorKind::InvalidKey,
                 format!("the key source returned {key:?}, which this lease already used"),
@@ -1017,7 +1079,7 @@ impl Heartbeat {
     /// `{"extend_by_ms":N,"idempotency_key":"..."}` (members in
     /// lexicographic order). With `reuse`, written into the finished
     /// attempt's body buffer.
-    #[inline]
+    #[inline(always)]
     fn extend_body(&mut self, key: &str, reuse: bool) -> Vec<u8> {
         // `{"extend_by_ms":` + the ttl's digits + `,"idempotency_key":`
         let ttl = self.config.ttl_ms;
@@ -1053,11 +1115,8 @@ impl Heartbeat {
             body.extend_from_slice(b",\"idempotency_key\":");
         }
         debug_assert_eq!(body.len(), prefix_len);
-        // (No short circuit: the check vectorizes.)
-        let plain = !key.bytes().fold(false, |bad, b| {
-            bad | (b < 0x20) | (b == b'"') | (b == b'\\')
-        });
-        if plain {
+        debug_assert!(!self.plain_keys || json::is_plain(key.as_bytes()));
+        if self.plain_keys || json::is_plain(key.as_bytes()) {
             // Nothing to escape: exactly what serde_json writes.
             body.reserve(key.len() + 3);
             body.push(b'"');
@@ -1071,18 +1130,21 @@ impl Heartbeat {
     }
 
     /// Keeps a finished attempt's key buffer for the next key.
-    fn recycle(&mut self, old: Attempt) {
+    #[inline(always)]
+    fn recycle(&mut self, kind: AttemptKind, key: String) {
         // Not a create's key: it was made on the thread that built the
         // heartbeat, which in a driver is not the one that runs it. Kept for
         // the lease's life, 100,000 such keys pinned the memory of the
         // freed create bodies around them in that thread's malloc arena
         // (about 330 bytes of resident memory per lease).
-        if old.kind == AttemptKind::Extend && old.key.capacity() <= MAX_SPARE_BYTES {
-            self.spare_key = old.key;
+        if kind == AttemptKind::Extend && key.capacity() <= MAX_SPARE_BYTES {
+            self.spare_key = key;
         }
     }
 
-    #[inline]
+    /// Makes this the outstanding attempt (written over the finished one,
+    /// whose key buffer is kept for the next key).
+    #[inline(always)]
     fn install_attempt(
         &mut self,
         kind: AttemptKind,
@@ -1091,34 +1153,50 @@ impl Heartbeat {
         key_use: KeyUse,
         body: Vec<u8>,
         zero_window_retry: bool,
-    ) -> &Attempt {
+    ) {
         if key_use == KeyUse::New {
             self.key_index = self.key_index.saturating_add(1);
             // Keys unique by construction need no memory: the set stays
             // bounded over a long lease (see `KeySource::unique_by_construction`).
             if !self.keys.unique_by_construction() {
-                if self.used_keys.len() >= MAX_REMEMBERED_KEYS {
-                    self.used_keys.pop_front();
+                let used = &mut self.memory_mut().used_keys;
+                if used.len() >= MAX_REMEMBERED_KEYS {
+                    used.pop_front();
                 }
-                self.used_keys.push_back(key.clone());
+                used.push_back(key.clone());
             }
         }
         let id = self.next_attempt_id;
         self.next_attempt_id = self.next_attempt_id.saturating_add(1);
-        if let Some(old) = self.attempt.take() {
-            self.recycle(old);
+        let key_index = self.key_index;
+        match self.attempt.as_mut() {
+            Some(a) => {
+                let old_kind = a.kind;
+                let old_key = std::mem::replace(&mut a.key, key);
+                a.id = id;
+                a.kind = kind;
+                a.due_ns = due_ns;
+                a.key_index = key_index;
+                a.key_use = key_use;
+                a.body = body;
+                a.sent_ns = None;
+                a.zero_window_retry = zero_window_retry;
+                self.recycle(old_kind, old_key);
+            }
+            None => {
+                self.attempt = Some(Attempt {
+                    id,
+                    kind,
+                    due_ns,
+                    key,
+                    key_index,
+                    key_use,
+                    body,
+                    sent_ns: None,
+                    zero_window_retry,
+                });
+            }
         }
-        self.attempt.insert(Attempt {
-            id,
-            kind,
-            due_ns,
-            key,
-            key_index: self.key_index,
-            key_use,
-            body,
-            sent_ns: None,
-            zero_window_retry,
-        })
     }
 
     fn retry_same(&mut self, due_ns: Option<u64>, zero_window_retry: bool) -> (u32, AttemptKind) {
@@ -1144,13 +1222,63 @@ impl Heartbeat {
         (key_index, kind)
     }
 
-    #[inline]
-    fn record(&mut self, d: Decision) -> Decision {
-        let last = self.last.insert(d);
-        if let Some(text) = last.detail.as_mut() {
+    /// Makes this the last decision and returns it. Written into the stored
+    /// decision field by field (no 240-byte decision built and moved), and
+    /// the reservation id's reference count is left alone while it stays
+    /// the same (no atomic operation per decision). `numbers` `None`: they
+    /// are in place already (see [`Heartbeat::numbers_in_place`]).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn record(
+        &mut self,
+        next: Next,
+        at_ns: Option<u64>,
+        key: Option<(KeyUse, u32)>,
+        mode: Option<Mode>,
+        numbers: Option<Numbers>,
+        warnings: Warnings,
+        outcome: OutcomeClass,
+        mut detail: Option<String>,
+        instants: (Option<u64>, Option<u64>),
+    ) -> &Decision {
+        if let Some(text) = detail.as_mut() {
             cap_detail(text);
         }
-        last.clone()
+        let proven_until_ns = self.proven_until_ns();
+        let d = self.last.get_or_insert_with(Decision::blank);
+        let same_id = match (&d.reservation_id, &self.reservation_id) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same_id {
+            d.reservation_id.clone_from(&self.reservation_id);
+        }
+        d.next = next;
+        d.at_ns = at_ns;
+        d.key = key.map(|k| k.0);
+        d.key_index = key.map(|k| k.1);
+        d.mode = mode;
+        if let Some(numbers) = numbers {
+            d.numbers = numbers;
+        }
+        d.warnings = warnings;
+        d.outcome = outcome;
+        d.detail = detail;
+        d.proven_until_ns = proven_until_ns;
+        d.expires_at_ms = instants.0;
+        d.remaining_ttl_ms = instants.1;
+        d
+    }
+
+    /// The numbers of the decision about to be recorded, written straight
+    /// into the stored decision (no 120-byte copy): the caller then records
+    /// with `numbers` `None`, and nothing may fail in between.
+    #[inline(always)]
+    fn numbers_in_place(last: &mut Option<Decision>) -> &mut Numbers {
+        let numbers = &mut last.get_or_insert_with(Decision::blank).numbers;
+        *numbers = Numbers::default();
+        numbers
     }
 
     fn stop(
@@ -1160,8 +1288,8 @@ impl Heartbeat {
         mode: Option<Mode>,
         numbers: Numbers,
         detail: Option<String>,
-    ) -> Decision {
-        self.stop_with(reason, outcome, mode, numbers, detail, (None, None))
+    ) -> &Decision {
+        self.stop_with(reason, outcome, mode, Some(numbers), detail, (None, None))
     }
 
     /// A stop; `instants` are the deciding success's `expires_at_ms` and
@@ -1171,32 +1299,27 @@ impl Heartbeat {
         reason: StopReason,
         outcome: OutcomeClass,
         mode: Option<Mode>,
-        numbers: Numbers,
+        numbers: Option<Numbers>,
         detail: Option<String>,
         instants: (Option<u64>, Option<u64>),
-    ) -> Decision {
+    ) -> &Decision {
         self.stopped = Some(reason);
         self.attempt = None;
-        let proven_until_ns = self.proven_until_ns();
-        self.record(Decision {
-            reservation_id: self.reservation_id.clone(),
-            next: Next::Stop(reason),
-            at_ns: None,
-            key: None,
-            key_index: None,
+        self.record(
+            Next::Stop(reason),
+            None,
+            None,
             mode,
             numbers,
-            warnings: Warnings::new(),
+            Warnings::new(),
             outcome,
             detail,
-            proven_until_ns,
-            expires_at_ms: instants.0,
-            remaining_ttl_ms: instants.1,
-        })
+            instants,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn send_decision(
         &mut self,
         kind: AttemptKind,
@@ -1204,28 +1327,23 @@ impl Heartbeat {
         key_use: KeyUse,
         key_index: u32,
         mode: Option<Mode>,
-        numbers: Numbers,
+        numbers: Option<Numbers>,
         warnings: Warnings,
         outcome: OutcomeClass,
         detail: Option<String>,
         instants: (Option<u64>, Option<u64>),
-    ) -> Decision {
-        let proven_until_ns = self.proven_until_ns();
-        self.record(Decision {
-            reservation_id: self.reservation_id.clone(),
-            next: Next::Send(kind),
-            at_ns: due_ns,
-            key: Some(key_use),
-            key_index: Some(key_index),
+    ) -> &Decision {
+        self.record(
+            Next::Send(kind),
+            due_ns,
+            Some((key_use, key_index)),
             mode,
             numbers,
             warnings,
             outcome,
             detail,
-            proven_until_ns,
-            expires_at_ms: instants.0,
-            remaining_ttl_ms: instants.1,
-        })
+            instants,
+        )
     }
 
     /// D-15: receipt of the last primary success plus its lead floor.
@@ -1243,7 +1361,7 @@ impl Heartbeat {
         response: ResponseRef<'_, N, V>,
         rtt: Option<u64>,
         now_ns: u64,
-    ) -> Result<Decision, Error> {
+    ) -> Result<&Decision, Error> {
         let status = response.status;
         match status {
             200 => match schema::create_response(response.body) {
@@ -1276,7 +1394,7 @@ impl Heartbeat {
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
                         sum_grants: Split128::default(),
-                        last_expires_at: body.expires_at_ms,
+                        last_expires_at_plus_1: plus_1(body.expires_at_ms),
                     };
                     Ok(self.on_success(
                         key,
@@ -1343,7 +1461,7 @@ impl Heartbeat {
         outcome: OutcomeClass,
         now_ns: u64,
         detail: String,
-    ) -> Decision {
+    ) -> &Decision {
         if self.create_failed_once {
             return self.stop(
                 StopReason::CreateFailed,
@@ -1361,7 +1479,7 @@ impl Heartbeat {
             KeyUse::Same,
             key_index,
             None,
-            Numbers::default(),
+            Some(Numbers::default()),
             Warnings::new(),
             outcome,
             Some(format!("{detail}; one immediate same-key create retry")),
@@ -1373,7 +1491,7 @@ impl Heartbeat {
 
     /// A schema-valid success observed at `now_ns`. `grant` is `None` for the
     /// create (which contributes 0) and the measured grant for an extension.
-    #[inline]
+    #[inline(always)]
     fn on_success(
         &mut self,
         new_key: String,
@@ -1382,13 +1500,17 @@ impl Heartbeat {
         grant: Option<i128>,
         rtt: Option<u64>,
         now_ns: u64,
-    ) -> Decision {
+    ) -> &Decision {
         if let Some(r) = rtt {
             self.max_rtt = self.max_rtt.max(r);
         }
         let previous = self.anchor;
         self.last_failure = None;
-        let mut numbers = Numbers::default();
+        let lead_min = match remaining {
+            Some(_) => 0,
+            None => self.lead_min(now_ns),
+        };
+        let numbers = Heartbeat::numbers_in_place(&mut self.last);
         if let Some(rtt) = rtt {
             numbers.put_ms(slot::rtt, rtt);
         }
@@ -1417,7 +1539,6 @@ impl Heartbeat {
                 )
             }
             None => {
-                let lead_min = self.lead_min(now_ns);
                 numbers.set_lead_min(Some(Num::Int(lead_min)));
                 match grant {
                     // FB-02: the first beat right after the create.
@@ -1443,7 +1564,7 @@ impl Heartbeat {
                         if delay > 0 {
                             self.zero_streak = 0;
                         }
-                        (Mode::Fallback, delay, 0, Some(c.cadence))
+                        (Mode::Fallback, delay, 0, NonZeroU64::new(c.cadence))
                     }
                 }
             }
@@ -1459,7 +1580,7 @@ impl Heartbeat {
                 StopReason::LeaseTooShort,
                 OutcomeClass::Success,
                 Some(mode),
-                numbers,
+                None,
                 Some("two consecutive successes gave next_delay 0: the lease is shorter than its retry-safety budget".into()),
                 (expires_at, remaining),
             );
@@ -1467,16 +1588,15 @@ impl Heartbeat {
         let due = arith::due_after(now_ns, delay);
         // The success is certain here: the finished attempt's buffer is free.
         let body = self.extend_body(&new_key, true);
-        let key_index = self
-            .install_attempt(AttemptKind::Extend, due, new_key, KeyUse::New, body, false)
-            .key_index;
+        self.install_attempt(AttemptKind::Extend, due, new_key, KeyUse::New, body, false);
+        let key_index = self.key_index;
         self.send_decision(
             AttemptKind::Extend,
             due,
             KeyUse::New,
             key_index,
             Some(mode),
-            numbers,
+            None,
             warnings,
             OutcomeClass::Success,
             None,
@@ -1489,6 +1609,7 @@ impl Heartbeat {
     fn fallback_cadence(&self, anchor: Anchor) -> u64 {
         anchor
             .cadence
+            .map(NonZeroU64::get)
             .unwrap_or_else(|| arith::hold_cadence(self.config.ttl_ms))
     }
 
@@ -1510,7 +1631,7 @@ impl Heartbeat {
         class: Class,
         rtt: Option<u64>,
         now_ns: u64,
-    ) -> Result<Decision, Error> {
+    ) -> Result<&Decision, Error> {
         // Only a heartbeat started with `for_reservation` extends before any
         // success; nothing proves a lead then: primary mode, lead floor 0.
         let anchor = self.anchor.unwrap_or(Anchor {
@@ -1527,31 +1648,26 @@ impl Heartbeat {
                 let key = self.fresh_key()?;
                 self.last_event_ns = now_ns;
                 let expires_at = expires_at.expect("extend bodies carry expires_at_ms");
-                if self.anchor.is_none() {
+                let grant = if self.anchor.is_none() {
                     // The first success of an existing reservation anchors
                     // the grant bookkeeping as a create would (FB-01/02).
                     self.grants = GrantBook {
                         create_received_ns: now_ns,
                         sum_grants: Split128::default(),
-                        last_expires_at: Some(expires_at),
+                        last_expires_at_plus_1: plus_1(Some(expires_at)),
                     };
-                    return Ok(self.on_success(
-                        key,
-                        remaining,
-                        Some(expires_at),
-                        None,
-                        rtt,
-                        now_ns,
-                    ));
-                }
-                let grant = match self.grants.last_expires_at {
-                    Some(prev) => i128::from(expires_at) - i128::from(prev),
-                    None => 0,
+                    None
+                } else {
+                    let grant = match self.grants.last_expires_at_plus_1 {
+                        Some(prev) => i128::from(expires_at) - (i128::from(prev.get()) - 1),
+                        None => 0,
+                    };
+                    self.grants.sum_grants =
+                        Split128::of(self.grants.sum_grants.get().saturating_add(grant));
+                    self.grants.last_expires_at_plus_1 = plus_1(Some(expires_at));
+                    Some(grant)
                 };
-                self.grants.sum_grants =
-                    Split128::of(self.grants.sum_grants.get().saturating_add(grant));
-                self.grants.last_expires_at = Some(expires_at);
-                Ok(self.on_success(key, remaining, Some(expires_at), Some(grant), rtt, now_ns))
+                Ok(self.on_success(key, remaining, Some(expires_at), grant, rtt, now_ns))
             }
             Class::Stop(reason, outcome, detail) => {
                 self.last_event_ns = now_ns;
@@ -1592,7 +1708,7 @@ impl Heartbeat {
         throttle: Option<Result<u64, RetryAfterError>>,
         detail: String,
         now_ns: u64,
-    ) -> Decision {
+    ) -> &Decision {
         let was_zero_window_retry = self.attempt.as_ref().is_some_and(|a| a.zero_window_retry);
         let elapsed = arith::ceil_ms(now_ns - anchor.received_ns);
         let mode = Some(anchor.mode);
@@ -1723,7 +1839,7 @@ impl Heartbeat {
             KeyUse::Same,
             key_index,
             mode,
-            numbers,
+            Some(numbers),
             Warnings::new(),
             outcome,
             Some(detail),
@@ -1755,6 +1871,15 @@ fn check_adopted_body(body: &[u8], key: &str) -> Result<(), Error> {
             "the adopted create's body carries an idempotency_key different from its key",
         )),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn status_error(status: u16) -> Error {
+    Error::new(
+        ErrorKind::InvalidArgument,
+        format!("HTTP status must be within 100..=999, got {status}"),
+    )
 }
 
 /// Cuts a detail text to [`MAX_DETAIL_BYTES`], marker included.

@@ -25,6 +25,17 @@ pub trait KeySource: Send {
     fn unique_by_construction(&self) -> bool {
         false
     }
+
+    /// Whether every key this source returns is plain JSON string text: no
+    /// `"`, `\\` or control character (below U+0020), so that it goes into a
+    /// request body as is. A heartbeat asks once, when it is built, and then
+    /// writes this source's keys into extend bodies without looking at them
+    /// (a source that says `true` and returns such a character would make an
+    /// invalid body). The default is `false`: every key is checked and
+    /// escaped where needed.
+    fn plain_keys(&self) -> bool {
+        false
+    }
 }
 
 /// Random UUIDv4 keys (D-12), e.g. `"3f2b8c1e-..."`.
@@ -70,28 +81,83 @@ impl KeySource for UuidV4Keys {
     fn unique_by_construction(&self) -> bool {
         true
     }
+    /// Hexadecimal digits and hyphens.
+    fn plain_keys(&self) -> bool {
+        true
+    }
 }
 
 /// Deterministic keys `"{prefix}1"`, `"{prefix}2"`, ... for tests and replays.
+///
+/// The next key is kept as text and counted up in place (no number
+/// formatting per key).
 #[derive(Clone)]
 pub struct SequentialKeys {
-    prefix: String,
+    /// `prefix` followed by the decimal digits of `next`.
+    text: String,
+    /// Where the digits start in `text`.
+    prefix_len: usize,
     next: u64,
 }
 
 impl SequentialKeys {
     /// Keys `"{prefix}1"`, `"{prefix}2"`, ...
     pub fn new(prefix: impl Into<String>) -> SequentialKeys {
+        let mut text = prefix.into();
+        let prefix_len = text.len();
+        text.push('1');
         SequentialKeys {
-            prefix: prefix.into(),
+            text,
+            prefix_len,
             next: 1,
         }
+    }
+
+    /// Counts `next` and its digits up by one (saturating at `u64::MAX`,
+    /// whose key then repeats).
+    #[inline]
+    fn advance(&mut self) {
+        if self.next == u64::MAX {
+            return;
+        }
+        self.next += 1;
+        // Nine times in ten only the last digit changes.
+        if let Some(&d) = self.text.as_bytes().last() {
+            if (b'0'..=b'8').contains(&d) && self.text.len() > self.prefix_len {
+                self.text.pop();
+                self.text.push(char::from(d + 1));
+                return;
+            }
+        }
+        // A decimal increment of the digits: the last digit that is not a
+        // 9 goes up by one, the nines after it become zeros (all nines: a 1
+        // and one zero more).
+        let digits = &self.text.as_bytes()[self.prefix_len..];
+        let (keep, up, zeros) = match digits.iter().rposition(|d| *d != b'9') {
+            Some(i) => (self.prefix_len + i, digits[i] + 1, digits.len() - i - 1),
+            None => (self.prefix_len, b'1', digits.len()),
+        };
+        self.text.truncate(keep);
+        self.text.push(char::from(up));
+        if zeros > 0 {
+            const ZEROS: &str = "00000000000000000000";
+            self.text.push_str(&ZEROS[..zeros]);
+        }
+        debug_assert_eq!(
+            &self.text[self.prefix_len..],
+            itoa::Buffer::new().format(self.next)
+        );
     }
 }
 
 impl fmt::Debug for SequentialKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SequentialKeys({:?}, next {})", self.prefix, self.next)
+        write!(
+            f,
+            "SequentialKeys({:?}, next {})",
+            &self.text[..self.prefix_len],
+            self.next
+        )
     }
 }
 
@@ -103,14 +169,17 @@ impl KeySource for SequentialKeys {
     }
     fn write_key(&mut self, out: &mut String) {
         out.clear();
-        out.push_str(&self.prefix);
-        out.push_str(itoa::Buffer::new().format(self.next));
-        self.next = self.next.saturating_add(1);
+        out.push_str(&self.text);
+        self.advance();
     }
     /// A counter: unique until it nears `u64::MAX` (where the last value
     /// would repeat; from then on keys are remembered and a repeat refused).
     fn unique_by_construction(&self) -> bool {
         self.next < u64::MAX
+    }
+    /// Digits after a prefix without `"`, `\\` or a control character.
+    fn plain_keys(&self) -> bool {
+        crate::json::is_plain(&self.text.as_bytes()[..self.prefix_len])
     }
 }
 
@@ -149,5 +218,41 @@ mod tests {
         k.write_key(&mut s);
         assert_eq!(s, "p-1");
         assert_eq!(k.next_key(), "p-2");
+    }
+
+    #[test]
+    fn sequential_keys_count_like_the_integers() {
+        let at = |next: u64| {
+            let mut k = SequentialKeys::new("é-");
+            k.next = next;
+            k.text = format!("é-{next}");
+            k
+        };
+        let mut k = SequentialKeys::new("é-");
+        for n in 1..=100_000u64 {
+            assert_eq!(k.next_key(), format!("é-{n}"));
+        }
+        for start in [9, 99, 999_999, 1 << 40, u64::MAX - 1_000] {
+            let mut k = at(start);
+            for n in start..start + 1_000 {
+                assert_eq!(k.next_key(), format!("é-{n}"));
+            }
+        }
+        let mut k = at(u64::MAX - 2);
+        assert_eq!(k.next_key(), format!("é-{}", u64::MAX - 2));
+        assert!(k.unique_by_construction());
+        assert_eq!(k.next_key(), format!("é-{}", u64::MAX - 1));
+        assert!(!k.unique_by_construction());
+        assert_eq!(k.next_key(), format!("é-{}", u64::MAX));
+        assert_eq!(k.next_key(), format!("é-{}", u64::MAX));
+        assert_eq!(
+            format!("{k:?}"),
+            format!("SequentialKeys(\"é-\", next {})", u64::MAX)
+        );
+        let mut empty = SequentialKeys::new("");
+        assert_eq!(
+            (empty.next_key(), empty.next_key()),
+            ("1".into(), "2".into())
+        );
     }
 }

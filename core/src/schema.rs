@@ -340,6 +340,7 @@ pub struct ExtendBody {
 /// Checks a body against `ReservationExtendResponse`: `status` = `ACTIVE`,
 /// integer `expires_at_ms` in int64 range, optional integer `remaining_ttl_ms`,
 /// optional `balances`, nothing else, no nulls.
+#[inline]
 pub fn extend_response(body: &[u8]) -> Result<ExtendBody, Invalid> {
     // The common body, read without building anything (a strict subset of
     // what the full check below accepts, with the same numbers).
