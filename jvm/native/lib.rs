@@ -1195,6 +1195,24 @@ fn decide(
     })
 }
 
+/// As [`decide`], for a call that records its decision in the heartbeat
+/// and lends it (`handle_response_ref`): written from the stored decision,
+/// no clone.
+fn decide_stored(
+    out: &mut Out,
+    handle: jlong,
+    known_attempt_id: jlong,
+    f: impl FnOnce(&mut Heartbeat) -> Result<(), leasebeat::Error>,
+) -> Result<usize, Fail> {
+    with_hb(handle, |hb| {
+        f(hb)?;
+        let d = hb
+            .last_decision()
+            .ok_or_else(|| arg_fail("the core recorded no decision"))?;
+        put_decided(out, hb, d, known_attempt_id)
+    })
+}
+
 /// Writes a decision and the action it leaves ([`DECIDED_LEN`]).
 fn put_decided(
     out: &mut Out,
@@ -1255,8 +1273,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeResponse(
         if timing_unknown {
             response = response.timing_unknown();
         }
-        decide(out, handle, known_attempt_id, |hb| {
+        decide_stored(out, handle, known_attempt_id, |hb| {
             hb.handle_response_ref(u64_of(attempt_id), response, u64_of(now_ns))
+                .map(|_| ())
         })
     })
 }
