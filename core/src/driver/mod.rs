@@ -454,6 +454,11 @@ fn check_budget(request_timeout_ms: Option<u64>) -> Result<(), DriverError> {
     }
 }
 
+/// A lease's server (`scheme://host:port`), shared by the leases on it. An
+/// `Arc<String>` rather than an `Arc<str>`: a thin pointer, 8 bytes less in
+/// every driver slot.
+pub(crate) type BaseUrl = std::sync::Arc<String>;
+
 /// What a start command carries.
 pub(crate) enum Start {
     /// A heartbeat built by the caller, waiting to send.
@@ -518,7 +523,7 @@ impl PendingCreate {
 }
 
 pub(crate) enum Command {
-    Start(LeaseHandle, std::sync::Arc<str>, Start),
+    Start(LeaseHandle, BaseUrl, Start),
     Cancel(LeaseHandle),
     Done(timer::Completion),
     HoldSends(bool),
@@ -539,14 +544,14 @@ pub struct Driver {
 }
 
 #[derive(Default)]
-struct Bases(Vec<std::sync::Arc<str>>);
+struct Bases(Vec<BaseUrl>);
 
 impl Bases {
-    fn intern(&mut self, base: &str) -> std::sync::Arc<str> {
+    fn intern(&mut self, base: &str) -> BaseUrl {
         if let Some(b) = self.0.iter().find(|b| ***b == *base) {
             return b.clone();
         }
-        let b: std::sync::Arc<str> = base.into();
+        let b = BaseUrl::new(base.to_owned());
         if self.0.len() < 64 {
             self.0.push(b.clone());
         }
@@ -660,9 +665,9 @@ impl Driver {
             self.next_lease
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         );
-        let base: std::sync::Arc<str> = match self.bases.lock() {
+        let base: BaseUrl = match self.bases.lock() {
             Ok(mut bases) => bases.intern(base),
-            Err(_) => std::sync::Arc::from(base),
+            Err(_) => BaseUrl::new(base.to_owned()),
         };
         self.commands
             .send(Command::Start(lease, base, start))
