@@ -66,6 +66,7 @@ pub(crate) unsafe fn try_slice<'a, T>(
 ///
 /// # Safety
 /// As [`try_slice`].
+#[inline]
 pub(crate) unsafe fn try_slice_named<'a, T>(
     p: *const T,
     len: usize,
@@ -75,16 +76,27 @@ pub(crate) unsafe fn try_slice_named<'a, T>(
         if len == 0 {
             return Ok(&[]);
         }
-        return Err(Fail::null(&format!("{} (with a length of {len})", what())));
+        return Err(null_slice(what(), len));
     }
     if len > isize::MAX as usize / std::mem::size_of::<T>().max(1) {
-        return Err(Fail::invalid(format!(
-            "{}: length {len} is too large",
-            what()
-        )));
+        return Err(long_slice(what(), len));
     }
     // SAFETY: non-NULL, and the caller promises `len` readable elements.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// The refusal of a NULL pointer with a length (out of the hot path).
+#[cold]
+#[inline(never)]
+fn null_slice(what: String, len: usize) -> Fail {
+    Fail::null(&format!("{what} (with a length of {len})"))
+}
+
+/// The refusal of a length no slice can have (out of the hot path).
+#[cold]
+#[inline(never)]
+fn long_slice(what: String, len: usize) -> Fail {
+    Fail::invalid(format!("{what}: length {len} is too large"))
 }
 
 /// A NUL-terminated string argument as UTF-8.

@@ -776,6 +776,7 @@ unsafe fn response_from_c(
 /// elements whose pointers are NULL (with 0) or valid for their lengths;
 /// `body` is NULL (with 0) or valid for `body_len` bytes; all of them stay
 /// unchanged while the result is in use.
+#[inline]
 unsafe fn response_parts_from_c<'a>(
     status: u32,
     headers: *const lb_header,
