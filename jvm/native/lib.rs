@@ -718,8 +718,9 @@ fn put_decision(out: &mut Out, o: usize, oo: usize, d: &Decision) -> Result<(), 
     s[dec::FLAGS] = flags;
     s[dec::OUTCOME] = outcome_index(d.outcome);
     let mut tags = 0i64;
-    for (i, n) in d.numbers.to_array().into_iter().enumerate() {
-        let tag = match n {
+    // Slot by slot (no 14-slot array of `Option<Num>` built per decision).
+    for i in 0..Numbers::NAMES.len() {
+        let tag = match d.numbers.at(i) {
             None => 0,
             Some(Num::Int(v)) => {
                 s[dec::NUMS + 2 * i] = (v >> 64) as i64;
