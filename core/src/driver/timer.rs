@@ -204,6 +204,27 @@ struct Slot {
 }
 
 impl Slot {
+    /// A new lease's slot: nothing sent or watched yet, its first send due
+    /// at `due_ns`.
+    fn new(base: BaseUrl, hb: Heartbeat, due_ns: u64) -> Slot {
+        Slot {
+            base,
+            hb,
+            in_flight: false,
+            send_gen: 0,
+            proven_gen: 0,
+            due_ns,
+            margin_ms: DEFAULT_MARGIN_MS,
+            proven_until_ns: None,
+            proven_watch_ns: None,
+            succeeded: false,
+            late_reported: false,
+            proven_reported: false,
+            proven_queued_ns: NOT_QUEUED,
+            early_ok: false,
+        }
+    }
+
     /// D-15 is the core's: the driver only watches the instant a decision
     /// carries. After the lease's first success, a decision without one
     /// (the fallback path: it proves nothing) counts as proven until 0, i.e.
@@ -477,22 +498,7 @@ impl Timer {
             .last_decision()
             .filter(|d| d.stop_reason().is_none())
             .map(|d| (d.outcome == OutcomeClass::Success, d.proven_until_ns));
-        let mut slot = Box::new(Slot {
-            base,
-            hb,
-            in_flight: false,
-            send_gen: 0,
-            proven_gen: 0,
-            due_ns,
-            margin_ms: DEFAULT_MARGIN_MS,
-            proven_until_ns: None,
-            proven_watch_ns: None,
-            succeeded: false,
-            late_reported: false,
-            proven_reported: false,
-            proven_queued_ns: NOT_QUEUED,
-            early_ok: false,
-        });
+        let mut slot = Box::new(Slot::new(base, hb, due_ns));
         let armed = seed.and_then(|(success, proven)| slot.rearm_proven(success, proven));
         self.leases.insert(lease, slot);
         if let Some((at, _)) = armed {
@@ -951,22 +957,11 @@ mod tests {
     use super::*;
 
     fn slot() -> Slot {
-        Slot {
-            base: BaseUrl::new("http://127.0.0.1:1".to_owned()),
-            hb: Heartbeat::new(crate::Config::new(4_000, Some(1_000))).unwrap(),
-            in_flight: false,
-            send_gen: 0,
-            proven_gen: 0,
-            due_ns: 0,
-            margin_ms: DEFAULT_MARGIN_MS,
-            proven_until_ns: None,
-            proven_watch_ns: None,
-            succeeded: false,
-            late_reported: false,
-            proven_reported: false,
-            proven_queued_ns: NOT_QUEUED,
-            early_ok: false,
-        }
+        Slot::new(
+            BaseUrl::new("http://127.0.0.1:1".to_owned()),
+            Heartbeat::new(crate::Config::new(4_000, Some(1_000))).unwrap(),
+            0,
+        )
     }
 
     /// A slot is its heartbeat plus at most 80 bytes (100,000 leases: every
