@@ -474,20 +474,46 @@ pub(crate) enum Start {
 pub(crate) struct PendingCreate {
     ttl_ms: u64,
     request_timeout_ms: Option<u64>,
-    /// `config.create_request` as a JSON object's text; empty for no members.
-    members: Box<[u8]>,
+    members: Members,
+}
+
+/// `config.create_request` while its create waits.
+enum Members {
+    /// No members.
+    None,
+    /// The members as a JSON object's text, parsed back exactly: integers
+    /// only (serde_json's default float parsing is best-effort, so a float
+    /// could come back one unit in the last place off).
+    Text(Box<[u8]>),
+    /// Members with a float: kept as they are.
+    Map(Map<String, Value>),
+}
+
+/// Whether `v` holds a number that is not an integer.
+fn has_float(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => n.is_f64(),
+        Value::Array(a) => a.iter().any(has_float),
+        Value::Object(o) => o.values().any(has_float),
+        _ => false,
+    }
 }
 
 impl PendingCreate {
     /// Serializes the members; the map is dropped here, on the caller's
     /// thread, so its memory is reused by the caller's next allocation.
     fn new(config: Config) -> PendingCreate {
-        let members = if config.create_request.is_empty() {
-            Box::default()
+        let map = config.create_request;
+        let members = if map.is_empty() {
+            Members::None
+        } else if map.values().any(has_float) {
+            Members::Map(map)
         } else {
-            serde_json::to_vec(&config.create_request)
-                .expect("a JSON map always serializes")
-                .into_boxed_slice()
+            Members::Text(
+                serde_json::to_vec(&map)
+                    .expect("a JSON map always serializes")
+                    .into_boxed_slice(),
+            )
         };
         PendingCreate {
             ttl_ms: config.ttl_ms,
@@ -501,23 +527,26 @@ impl PendingCreate {
     /// create, so a ramp-up of many leases leaves no freed pages behind in
     /// the caller's allocator arena.
     pub(crate) fn relocated(self) -> PendingCreate {
-        PendingCreate {
-            members: Box::from(&*self.members),
-            ..self
-        }
+        let members = match self.members {
+            Members::Text(t) => Members::Text(Box::from(&*t)),
+            other => other,
+        };
+        PendingCreate { members, ..self }
     }
 
-    /// The configuration again (the members parsed back: they were a map).
+    /// The configuration again, with the same members.
     pub(crate) fn into_config(self) -> Result<Config, Error> {
         let mut config = Config::new(self.ttl_ms, self.request_timeout_ms);
-        if !self.members.is_empty() {
-            config.create_request = serde_json::from_slice(&self.members).map_err(|e| {
+        config.create_request = match self.members {
+            Members::None => Map::new(),
+            Members::Map(map) => map,
+            Members::Text(text) => serde_json::from_slice(&text).map_err(|e| {
                 Error::new(
                     ErrorKind::InvalidConfig,
                     format!("create_request did not survive its JSON round trip: {e}"),
                 )
-            })?;
-        }
+            })?,
+        };
         Ok(config)
     }
 }
@@ -849,6 +878,38 @@ mod tests {
         let err = driver.start(Config::new(60_000, None)).unwrap_err();
         assert!(matches!(err, DriverError::Core(e) if e.kind() == ErrorKind::InvalidConfig));
         driver.shutdown();
+    }
+
+    /// A queued configuration comes back with exactly the members it had:
+    /// integers of every size, nested objects and arrays, and floats (kept
+    /// as a map: a text round trip could move one by a unit in the last
+    /// place).
+    #[test]
+    fn a_pending_create_keeps_its_members_exactly() {
+        let cases = [
+            serde_json::json!({}),
+            serde_json::json!({
+                "subject": {"tenant": "t", "tags": ["a", "b"]},
+                "estimate": {"unit": "TOKENS", "amount": u64::MAX},
+                "n": i64::MIN
+            }),
+            serde_json::json!({
+                "estimate": {"unit": "USD", "amount": 0.30000000000000004},
+                "tiny": 2.2250738585072014e-308,
+                "list": [1, 1.7976931348623157e308]
+            }),
+        ];
+        for members in cases {
+            let mut config = Config::new(60_000, Some(1_000));
+            config.create_request = members.as_object().unwrap().clone();
+            let back = PendingCreate::new(config.clone())
+                .relocated()
+                .into_config()
+                .unwrap();
+            assert_eq!(back.create_request, config.create_request);
+            assert_eq!(back.ttl_ms, 60_000);
+            assert_eq!(back.request_timeout_ms, Some(1_000));
+        }
     }
 
     /// `Driver::start` queues the configuration; the heartbeat is built when
