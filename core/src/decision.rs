@@ -227,6 +227,47 @@ impl Numbers {
         std::array::from_fn(|i| self.at(i))
     }
 
+    /// The packed form, for bindings that copy the numbers across a language
+    /// boundary without building a [`Num`] per slot: three tag bits per slot
+    /// from bit 0 (slot `i` at bit `3 * i`): 0 absent, 1 the finite value
+    /// `mags[i]`, 2 the finite value `-mags[i]`, 3 +inf, 4 -inf; and the 14
+    /// magnitudes (0 for any tag but 1 and 2).
+    ///
+    /// ```
+    /// use leasebeat::{Num, Numbers};
+    /// let mut n = Numbers::default();
+    /// n.set_at(1, Some(Num::Int(-5)));
+    /// let (tags, mags) = n.packed();
+    /// assert_eq!((tags >> 3) & 7, 2);
+    /// assert_eq!(mags[1], 5);
+    /// assert_eq!(Numbers::from_packed(tags, *mags), Some(n));
+    /// ```
+    #[inline]
+    pub fn packed(&self) -> (u64, &[u64; 14]) {
+        (self.tags, &self.mags)
+    }
+
+    /// The inverse of [`Numbers::packed`]; `None` for a tag above 4, a tag
+    /// bit beyond the 14 slots, a magnitude under a tag that carries none, or
+    /// a negative zero (so equal numbers have one packed form).
+    pub fn from_packed(tags: u64, mags: [u64; 14]) -> Option<Numbers> {
+        if tags >> (TAG_BITS * 14) != 0 {
+            return None;
+        }
+        for (i, &mag) in mags.iter().enumerate() {
+            let ok = match (tags >> (TAG_BITS * i as u32)) & TAG_MASK {
+                1 => true,
+                2 => mag != 0,
+                0 | 3 | 4 => mag == 0,
+                _ => false,
+            };
+            if !ok {
+                return None;
+            }
+        }
+        Some(Numbers { tags, mags })
+    }
+
     /// The inverse of [`Numbers::to_array`] (values clamped as by
     /// [`Numbers::set_at`]).
     pub fn from_array(a: [Option<Num>; 14]) -> Numbers {

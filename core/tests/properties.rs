@@ -20,8 +20,8 @@ use std::collections::HashSet;
 
 use leasebeat::sim::{Policy, SimServer};
 use leasebeat::{
-    Action, AttemptKind, Config, Decision, ErrorKind, Heartbeat, KeyUse, Mode, Next, Num, Response,
-    SequentialKeys, TransportFailure,
+    Action, AttemptKind, Config, Decision, ErrorKind, Heartbeat, KeyUse, Mode, Next, Num, Numbers,
+    Response, SequentialKeys, TransportFailure,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -582,6 +582,60 @@ proptest! {
                     }
                 }
             }
+        }
+    }
+}
+
+fn slot_value() -> impl Strategy<Value = Option<Num>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(Num::Inf)),
+        Just(Some(Num::NegInf)),
+        Just(Some(Num::Int(0))),
+        any::<u64>().prop_map(|m| Some(Num::Int(i128::from(m)))),
+        any::<u64>().prop_map(|m| Some(Num::Int(-i128::from(m)))),
+    ]
+}
+
+/// A slot's (tag, magnitude): mostly a valid pair, sometimes anything.
+fn packed_slot() -> impl Strategy<Value = (u64, u64)> {
+    prop_oneof![
+        9 => prop_oneof![
+            Just((0u64, 0u64)),
+            any::<u64>().prop_map(|m| (1, m)),
+            (1u64..).prop_map(|m| (2, m)),
+            Just((3, 0)),
+            Just((4, 0)),
+        ],
+        1 => (0u64..8, 0u64..3),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
+
+    /// `Numbers::packed` (what the bindings copy) round-trips exactly, and
+    /// `from_packed` accepts exactly the packed forms of real numbers.
+    #[test]
+    fn packed_numbers_round_trip(values in prop::array::uniform14(slot_value()),
+                                 raw in prop::array::uniform14(packed_slot()), high in 0u64..2) {
+        let tags = raw.iter().enumerate().fold(high << 42, |t, (i, (tag, _))| t | tag << (3 * i));
+        let mags = raw.map(|(_, mag)| mag);
+        let n = Numbers::from_array(values);
+        let (t, m) = n.packed();
+        prop_assert_eq!(Numbers::from_packed(t, *m), Some(n));
+        prop_assert_eq!(Numbers::from_packed(t, *m).map(|x| x.to_array()), Some(values));
+        let valid = high == 0 && raw.iter().all(|&(tag, mag)| match tag {
+            1 => true,
+            2 => mag != 0,
+            0 | 3 | 4 => mag == 0,
+            _ => false,
+        });
+        prop_assert_eq!(Numbers::from_packed(tags, mags).is_some(), valid);
+        if let Some(x) = Numbers::from_packed(tags, mags) {
+            let back = Numbers::from_array(x.to_array());
+            let (t2, m2) = back.packed();
+            prop_assert_eq!((t2, *m2), (tags, mags));
         }
     }
 }
