@@ -181,20 +181,21 @@ mod dec {
     pub const PROVEN: usize = 8;
     pub const EXPIRES: usize = 9;
     pub const REMAINING: usize = 10;
-    /// Two bits per number in `Numbers::NAMES` order: 0 absent, 1 finite,
-    /// 2 +inf, 3 -inf.
+    /// The numbers' tags, `Numbers::packed`: three bits per number in
+    /// `Numbers::NAMES` order: 0 absent, 1 finite `NUMS[i]` (unsigned), 2
+    /// finite `-NUMS[i]`, 3 +inf, 4 -inf.
     pub const NUM_TAGS: usize = 11;
     pub const WARN_COUNT: usize = 12;
-    /// Warning indices, at most `MAX_WARN`.
+    /// Warning indices, at most `MAX_WARN` (the rest 0).
     pub const WARN: usize = 13;
     pub const MAX_WARN: usize = 7;
-    /// Per number: the high then the low 64 bits of the i128.
+    /// Per number: its magnitude's u64 bit pattern (0 when not finite).
     pub const NUMS: usize = 20;
     /// The byte lengths of the reservation id and the detail in the text
     /// buffer (-1 absent, -2 too long for it: the object instead).
-    pub const RID_LEN: usize = 48;
-    pub const DETAIL_LEN: usize = 49;
-    pub const LEN: usize = 50;
+    pub const RID_LEN: usize = 34;
+    pub const DETAIL_LEN: usize = 35;
+    pub const LEN: usize = 36;
 
     pub const F_AT: i64 = 1;
     pub const F_KEY: i64 = 2;
@@ -318,13 +319,13 @@ struct Out<'a> {
     /// Bytes for Java's text buffer (strings and bodies one after the other,
     /// in the order they are put): the first `text_len`; its length is the
     /// Java buffer's size (at most [`TEXT_CAP`]).
-    text: &'a mut [i8],
+    text: &'a mut [u8],
     text_len: usize,
     objects: Objects,
 }
 
 impl<'a> Out<'a> {
-    fn new(slots: &'a mut [i64], text: &'a mut [i8]) -> Out<'a> {
+    fn new(slots: &'a mut [i64], text: &'a mut [u8]) -> Out<'a> {
         Out {
             slots,
             text,
@@ -333,7 +334,7 @@ impl<'a> Out<'a> {
         }
     }
 
-    fn text(&self) -> &[i8] {
+    fn text(&self) -> &[u8] {
         &self.text[..self.text_len]
     }
 
@@ -348,9 +349,7 @@ impl<'a> Out<'a> {
     fn put_bytes(&mut self, slot: usize, obj: usize, b: &[u8], string: bool) {
         let end = self.text_len + b.len();
         if end <= self.text.len() {
-            for (d, &x) in self.text[self.text_len..end].iter_mut().zip(b) {
-                *d = x as i8;
-            }
+            self.text[self.text_len..end].copy_from_slice(b);
             self.text_len = end;
             self.slots[slot] = b.len() as i64;
         } else {
@@ -445,7 +444,9 @@ fn finish(
                 slots.set_region(env, 0, &out.slots[..used])?;
             }
             if out.text_len > 0 {
-                text.set_region(env, 0, out.text())?;
+                // jbyte is i8 (the slow path: a copy is fine).
+                let t: Vec<i8> = out.text().iter().map(|&b| b as i8).collect();
+                text.set_region(env, 0, &t)?;
             }
             Ok(0)
         }
@@ -587,10 +588,11 @@ impl Buf {
     }
 
     /// The output areas, written in place (no staging copy): the slots
-    /// from byte 0 up to [`BUF_TEXT`] (zeroed here) and the text area (from
+    /// from byte 0 up to [`BUF_TEXT`] (not cleared: [`put_decision`] and
+    /// [`put_action`] write every slot of their blocks) and the text area (from
     /// [`BUF_TEXT`], [`TEXT_CAP`] bytes). No buffer (0, for the calls that
     /// return no result: `nativeSent`) gives empty areas.
-    fn output<'b>(self) -> Result<(&'b mut [i64], &'b mut [i8]), Fail> {
+    fn output<'b>(self) -> Result<(&'b mut [i64], &'b mut [u8]), Fail> {
         if self.0 == 0 {
             return Ok((&mut [], &mut []));
         }
@@ -607,10 +609,9 @@ impl Buf {
         let (slots, text) = unsafe {
             (
                 std::slice::from_raw_parts_mut(p.cast::<i64>(), BUF_TEXT / 8),
-                std::slice::from_raw_parts_mut(p.add(BUF_TEXT).cast::<i8>(), TEXT_CAP),
+                std::slice::from_raw_parts_mut(p.add(BUF_TEXT), TEXT_CAP),
             )
         };
-        slots.fill(0);
         Ok((slots, text))
     }
 }
@@ -684,23 +685,20 @@ fn bits(v: u64) -> i64 {
     v as i64
 }
 
-/// Writes decision `d` at slot offset `o` and object offset `oo`.
+/// Writes decision `d` at slot offset `o` and object offset `oo`: every
+/// slot of the block (absent values as 0), so the buffer needs no clearing.
 fn put_decision(out: &mut Out, o: usize, oo: usize, d: &Decision) -> Result<(), Fail> {
     let s = &mut out.slots[o..o + dec::LEN];
+    let (next, what) = match d.next {
+        Next::Send(kind) => (0, kind_index(kind)),
+        Next::Stop(reason) => (1, reason_index(reason)),
+    };
+    s[dec::NEXT] = next;
+    s[dec::WHAT] = what;
     let mut flags = 0;
-    match d.next {
-        Next::Send(kind) => {
-            s[dec::NEXT] = 0;
-            s[dec::WHAT] = kind_index(kind);
-        }
-        Next::Stop(reason) => {
-            s[dec::NEXT] = 1;
-            s[dec::WHAT] = reason_index(reason);
-        }
-    }
     let mut opt = |slot: usize, flag: i64, v: Option<i64>| {
-        if let Some(v) = v {
-            s[slot] = v;
+        s[slot] = v.unwrap_or(0);
+        if v.is_some() {
             flags |= flag;
         }
     };
@@ -717,28 +715,23 @@ fn put_decision(out: &mut Out, o: usize, oo: usize, d: &Decision) -> Result<(), 
     );
     s[dec::FLAGS] = flags;
     s[dec::OUTCOME] = outcome_index(d.outcome);
-    let mut tags = 0i64;
-    // Slot by slot (no 14-slot array of `Option<Num>` built per decision).
-    for i in 0..Numbers::NAMES.len() {
-        let tag = match d.numbers.at(i) {
-            None => 0,
-            Some(Num::Int(v)) => {
-                s[dec::NUMS + 2 * i] = (v >> 64) as i64;
-                s[dec::NUMS + 2 * i + 1] = v as i64;
-                1
-            }
-            Some(Num::Inf) => 2,
-            Some(Num::NegInf) => 3,
-        };
-        tags |= tag << (2 * i);
+    // The core's packed numbers as they are (no `Num` built per slot).
+    let (tags, mags) = d.numbers.packed();
+    s[dec::NUM_TAGS] = bits(tags);
+    for (slot, &mag) in s[dec::NUMS..dec::NUMS + Numbers::NAMES.len()]
+        .iter_mut()
+        .zip(mags)
+    {
+        *slot = bits(mag);
     }
-    s[dec::NUM_TAGS] = tags;
     if d.warnings.len() > dec::MAX_WARN {
         panic!("more than {} warnings in one decision", dec::MAX_WARN);
     }
     s[dec::WARN_COUNT] = d.warnings.len() as i64;
-    for (i, w) in d.warnings.iter().enumerate() {
-        s[dec::WARN + i] = warning_index(w);
+    let warn = &mut s[dec::WARN..dec::WARN + dec::MAX_WARN];
+    warn.fill(0);
+    for (slot, w) in warn.iter_mut().zip(d.warnings.iter()) {
+        *slot = warning_index(w);
     }
     match d.reservation_id.as_deref() {
         None => out.slots[o + dec::RID_LEN] = -1,
@@ -771,6 +764,7 @@ fn put_action(
             a
         }
         Action::Stop(r) => {
+            s.fill(0);
             s[act::TAG] = 2;
             s[act::REASON] = reason_index(r);
             s[act::KEY_LEN] = -1;
@@ -778,6 +772,7 @@ fn put_action(
             return Ok(());
         }
     };
+    s[act::REASON] = 0;
     s[act::ID] = bits(a.id);
     s[act::KIND] = kind_index(a.kind);
     s[act::DUE_SET] = i64::from(a.due_ns.is_some());
@@ -1445,19 +1440,11 @@ fn decision_of(
         0 => Next::Send(at(KINDS, s[dec::WHAT])?),
         _ => Next::Stop(at(&StopReason::ALL, s[dec::WHAT])?),
     };
-    let mut numbers = [None; 14];
-    for (i, n) in numbers.iter_mut().enumerate() {
-        *n = match (s[dec::NUM_TAGS] >> (2 * i)) & 3 {
-            0 => None,
-            1 => {
-                let hi = i128::from(s[dec::NUMS + 2 * i]);
-                let lo = i128::from(s[dec::NUMS + 2 * i + 1] as u64);
-                Some(Num::Int((hi << 64) | lo))
-            }
-            2 => Some(Num::Inf),
-            _ => Some(Num::NegInf),
-        };
+    let mut mags = [0u64; 14];
+    for (m, &v) in mags.iter_mut().zip(&s[dec::NUMS..dec::NUMS + 14]) {
+        *m = v as u64;
     }
+    let numbers = Numbers::from_packed(s[dec::NUM_TAGS] as u64, mags)?;
     let count = usize::try_from(s[dec::WARN_COUNT]).ok()?.min(dec::MAX_WARN);
     let warnings = s[dec::WARN..dec::WARN + count]
         .iter()
@@ -1479,7 +1466,7 @@ fn decision_of(
             None => None,
             Some(i) => Some(at(MODES, i)?),
         },
-        numbers: Numbers::from_array(numbers),
+        numbers,
         warnings,
         outcome: at(OUTCOMES, s[dec::OUTCOME])?,
         detail,
