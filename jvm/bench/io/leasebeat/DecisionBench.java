@@ -162,9 +162,10 @@ final class DecisionBench {
       sc.slots(0, raw, Slots.DEC_LEN);
       sc.slots(Slots.DEC_LEN, sc.act, Slots.ACT_LEN);
       int t = Slots.decisionText(raw, 0);
-      sc.text(t + Slots.actionText(sc.act, 0));
-      last = Slots.decision(raw, 0, objs, 0, sc.text, 0, 0);
-      last = Slots.action(sc.act, 0, objs, Slots.DECIDED_O_ACTION, sc.text, t, null, null, 0);
+      last = new Decision(raw, sc.bytes(0, t), objs, 0, 0);
+      last =
+          Slots.action(
+              sc.act, 0, objs, Slots.DECIDED_O_ACTION, sc.buf, Slots.BUF_TEXT + t, null, null, 0);
     }
     long t2 = now();
     for (int i = 0; i < n; i++) {
@@ -173,8 +174,7 @@ final class DecisionBench {
     long t3 = now();
     for (int i = 0; i < n; i++) {
       sc.slots(0, sc.act, Slots.ACT_LEN);
-      sc.text(Slots.actionText(sc.act, 0));
-      last = Slots.action(sc.act, 0, objs, 0, sc.text, 0, null, null, 0);
+      last = Slots.action(sc.act, 0, objs, 0, sc.buf, Slots.BUF_TEXT, null, null, 0);
     }
     long t4 = now();
     for (int i = 0; i < n; i++) {

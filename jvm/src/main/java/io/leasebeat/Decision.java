@@ -1,5 +1,6 @@
 package io.leasebeat;
 
+import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
@@ -86,7 +87,13 @@ public final class Decision {
    */
   private final long[] raw;
 
-  /** The reservation id and detail texts of a native decision (null: absent). */
+  /**
+   * A native decision's texts: the UTF-8 bytes of its reservation id then of its detail (their
+   * lengths in {@link #raw}; null: neither), decoded on first use; a text too long for the native
+   * text buffer came as a String ({@link #rawReservationId}, {@link #rawDetail}).
+   */
+  private final byte[] rawText;
+
   private final String rawReservationId;
 
   private final String rawDetail;
@@ -143,6 +150,7 @@ public final class Decision {
             detail, provenUntil, expiresAtMs, remainingTtlMs);
     this.originNanos = originNanos;
     this.raw = null;
+    this.rawText = null;
     this.rawReservationId = null;
     this.rawDetail = null;
     this.json = Objects.requireNonNull(json, "json");
@@ -150,20 +158,41 @@ public final class Decision {
 
   /**
    * A decision of the core, kept as its native slots ({@code raw}, {@code Slots.DEC_LEN} from
-   * offset 0, owned by this decision from now on): components decoded on first access, JSON
-   * written by the core on demand.
+   * offset 0) and the UTF-8 bytes of its texts ({@code text}: the reservation id then the detail,
+   * null for neither), both owned by this decision from now on; a text the slots mark as an object
+   * is at {@code objs[oo + O_RID]} or {@code objs[oo + O_DETAIL]}. Components and texts are
+   * decoded on first access, the JSON written by the core on demand.
    */
-  Decision(long[] raw, String reservationId, String detail, long originNanos) {
+  Decision(long[] raw, byte[] text, Object[] objs, int oo, long originNanos) {
     this.raw = raw;
-    this.rawReservationId = reservationId;
-    this.rawDetail = detail;
+    this.rawText = text;
+    this.rawReservationId =
+        raw[Slots.D_RID_LEN] == -2 ? (String) objs[oo + Slots.O_RID] : null;
+    this.rawDetail = raw[Slots.D_DETAIL_LEN] == -2 ? (String) objs[oo + Slots.O_DETAIL] : null;
     this.originNanos = originNanos;
+  }
+
+  /** Text {@code slot} of a native decision, from byte {@code from} of {@link #rawText}. */
+  private String text(int slot, int from, String object) {
+    long n = raw[slot];
+    if (n == -2) {
+      return object;
+    }
+    return n < 0 ? null : new String(rawText, from, (int) n, StandardCharsets.UTF_8);
+  }
+
+  private String rawRid() {
+    return text(Slots.D_RID_LEN, 0, rawReservationId);
+  }
+
+  private String rawDetail() {
+    return text(Slots.D_DETAIL_LEN, (int) Math.max(0, raw[Slots.D_RID_LEN]), rawDetail);
   }
 
   private Parts p() {
     Parts x = parts;
     if (x == null) {
-      x = Slots.parts(raw, rawReservationId, rawDetail);
+      x = Slots.parts(raw, rawRid(), rawDetail());
       parts = x;
     }
     return x;
@@ -320,7 +349,7 @@ public final class Decision {
   public String json() {
     String j = json;
     if (j == null) {
-      j = NativeBridge.nativeDecisionJson(raw, rawReservationId, rawDetail);
+      j = NativeBridge.nativeDecisionJson(raw, rawRid(), rawDetail());
       json = j;
     }
     return j;

@@ -1,8 +1,11 @@
 package io.leasebeat;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.lang.ref.Cleaner;
 import java.lang.ref.Reference;
 import java.math.BigInteger;
+import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
@@ -86,46 +89,34 @@ public final class Heartbeat implements AutoCloseable {
   private volatile boolean closed; // written holding the lock
 
   /**
-   * Native calls that change the heartbeat, and polls, run one at a time under the monitor of
-   * {@link #lock}; each change first counts itself here.
+   * The current action, so that a {@link #pollAction()} needs no native call: set (holding {@link
+   * #lock}) by every call that brings the action back, cleared (holding it) by a change that does
+   * not ({@link #handleSent}) and by a call that failed; read without the lock, with acquire
+   * semantics. A poll that races a change in progress sees the action from before it: the poll is
+   * ordered before the change.
    */
-  private volatile long mutations;
+  @SuppressWarnings("unused") // accessed through CURRENT
+  private Action current;
 
-  /**
-   * The action as of {@link #mutations} == {@code m}: a decision-returning call brings back the
-   * action it leaves, so the {@link #pollAction()} that follows needs no native call while no
-   * change started since. A stale entry (its {@code m} behind) is only ignored.
-   */
-  private volatile Known known;
+  private static final VarHandle CURRENT;
 
-  private static final class Known {
-    final long m;
-    final Action action;
-    /** The action's attempt id (0 for none), read without touching the action. */
-    final long id;
-    /** The last decision's reservation id and its UTF-8 bytes (null: none yet). */
-    final Slots.Text rid;
-
-    Known(long m, Action action, Slots.Text rid) {
-      this.m = m;
-      this.action = action;
-      Attempt a = action.attempt().orElse(null);
-      this.id = a == null ? 0 : a.id();
-      this.rid = rid;
-    }
-
-    Attempt attempt() {
-      return action.attempt().orElse(null);
-    }
-
-    static long id(Known k) {
-      return k == null ? 0 : k.id;
-    }
-
-    static Slots.Text rid(Known k) {
-      return k == null ? null : k.rid;
+  static {
+    try {
+      CURRENT = MethodHandles.lookup().findVarHandle(Heartbeat.class, "current", Action.class);
+    } catch (ReflectiveOperationException e) {
+      throw new ExceptionInInitializerError(e);
     }
   }
+
+  /**
+   * Read and written holding {@link #lock}: the attempt this side holds (its key and body, which
+   * the native calls do not send again while its id is {@link #heldId}), its id (0: none), and
+   * the action it came in (also for a stop: same reason, same object).
+   */
+  private Attempt held;
+
+  private long heldId;
+  private Action heldAction;
 
   private Heartbeat(long handle, long origin, long timeoutBits, boolean timeoutUnbounded) {
     this.handle = handle;
@@ -408,16 +399,15 @@ public final class Heartbeat implements AutoCloseable {
       Decision first;
       try {
         first = Slots.decision(slots, 0, objs, 0, text, 0, origin);
-        hb.remember(
-            0,
-            slots,
-            Slots.DEC_LEN,
-            objs,
-            Slots.DECIDED_O_ACTION,
-            text,
-            Slots.decisionText(slots, 0),
-            null,
-            null);
+        synchronized (hb.lock) {
+          hb.remember(
+              slots,
+              Slots.DEC_LEN,
+              objs,
+              Slots.DECIDED_O_ACTION,
+              ByteBuffer.wrap(text),
+              Slots.decisionText(slots, 0));
+        }
       } catch (RuntimeException e) {
         hb.close();
         throw e;
@@ -501,59 +491,74 @@ public final class Heartbeat implements AutoCloseable {
   }
 
   /**
-   * Runs a decision-returning native call (a change) and decodes its decision; remembers the
-   * action it leaves for {@link #pollAction()}.
+   * Runs a decision-returning native call (a change: {@code call} with the arguments it takes)
+   * and decodes its decision and the action it leaves, which becomes the current one; all holding
+   * {@link #lock}. One method for the three calls, with no lambda capturing their arguments (an
+   * allocation per decision).
    */
-  private Decision decide(Slots.Scratch scratch, DecisionCall f) {
+  private Decision decide(
+      Slots.Scratch scratch,
+      int call,
+      long attemptId,
+      int code,
+      long now,
+      byte[] headers,
+      byte[] body,
+      int bodyLen,
+      boolean timingUnknown) {
     Object[] objs = scratch.objs;
-    Known k = known;
-    int status;
-    long m;
     try {
       long h = handle;
       try {
         synchronized (lock) {
           enter();
-          m = ++mutations;
-          status = f.call(h, Known.id(k), scratch.addr, objs);
+          long buf = scratch.addr;
+          int status;
+          switch (call) {
+            case RESPONSE:
+              status =
+                  NativeBridge.nativeResponse(
+                      h, attemptId, code, headers, body, bodyLen, timingUnknown, now, heldId, buf,
+                      objs);
+              break;
+            case FAILURE:
+              status = NativeBridge.nativeFailure(h, attemptId, code, now, heldId, buf, objs);
+              break;
+            default:
+              status = NativeBridge.nativeCancel(h, now, heldId, buf, objs);
+          }
+          if (status != 0) {
+            // Refused (the state is unchanged) or failed (a panic: the heartbeat is unusable).
+            CURRENT.setRelease(this, null);
+            Slots.check(status, objs);
+          }
+          long[] raw = new long[Slots.DEC_LEN]; // kept by the decision
+          long[] act = scratch.act;
+          scratch.slots(0, raw, Slots.DEC_LEN);
+          scratch.slots(Slots.DEC_LEN, act, Slots.ACT_LEN);
+          int t = Slots.decisionText(raw, 0);
+          // The texts are decoded on first use: no String is built (nor compared) here.
+          Decision d = new Decision(raw, scratch.bytes(0, t), objs, 0, origin);
+          remember(act, 0, objs, Slots.DECIDED_O_ACTION, scratch.buf, Slots.BUF_TEXT + t);
+          return d;
         }
       } finally {
         exit();
         Reference.reachabilityFence(scratch);
       }
-      Slots.check(status, objs);
-      long[] raw = new long[Slots.DEC_LEN]; // kept by the decision
-      long[] act = scratch.act;
-      scratch.slots(0, raw, Slots.DEC_LEN);
-      scratch.slots(Slots.DEC_LEN, act, Slots.ACT_LEN);
-      int t = Slots.decisionText(raw, 0);
-      scratch.text(t + Slots.actionText(act, 0));
-      byte[] text = scratch.text;
-      // The reservation id rarely changes: the last one's String is reused when the bytes match.
-      Slots.Text rid = Slots.rid(raw, objs, text, Known.rid(k));
-      Decision d = Slots.decision(raw, rid == null ? null : rid.s, objs, text, origin);
-      remember(m, act, 0, objs, Slots.DECIDED_O_ACTION, text, t, k, rid);
-      return d;
     } finally {
       scratch.clear();
     }
   }
 
-  /** Decodes and remembers the action of change (or poll) number {@code m}. */
-  private Action remember(
-      long m,
-      long[] slots,
-      int o,
-      Object[] objs,
-      int oo,
-      byte[] text,
-      int t,
-      Known k,
-      Slots.Text rid) {
-    // The remembered action is read (a chase through Action, Optional and Attempt, cold on a
-    // heartbeat untouched for a while) only when it can be reused: same attempt id, or a stop.
+  /**
+   * Decodes the action at slot offset {@code o} (its texts from {@code t} in {@code text}) and
+   * makes it the current one; reuses the held attempt (and action) where they match. Holding
+   * {@link #lock}.
+   */
+  private Action remember(long[] slots, int o, Object[] objs, int oo, ByteBuffer text, int t) {
     boolean stop = slots[o + Slots.A_TAG] == 2;
-    boolean same = k != null && (stop || k.id == slots[o + Slots.A_ID]);
+    boolean same = heldAction != null && (stop || heldId == slots[o + Slots.A_ID]);
     Action a =
         Slots.action(
             slots,
@@ -562,17 +567,22 @@ public final class Heartbeat implements AutoCloseable {
             oo,
             text,
             t,
-            same && !stop ? k.attempt() : null,
-            same ? k.action : null,
+            same && !stop ? held : null,
+            same ? heldAction : null,
             origin);
-    known = new Known(m, a, rid);
+    Attempt at = a.attempt().orElse(null);
+    held = at;
+    heldId = at == null ? 0 : at.id();
+    heldAction = a;
+    CURRENT.setRelease(this, a);
     return a;
   }
 
-  @FunctionalInterface
-  private interface DecisionCall {
-    int call(long handle, long knownAttemptId, long buf, Object[] objs);
-  }
+  /** The decision-returning native calls ({@link #decide}). */
+  private static final int RESPONSE = 0;
+
+  private static final int FAILURE = 1;
+  private static final int CANCEL = 2;
 
   private long core(long nowNanos) {
     checkTime(nowNanos, "nowNanos");
@@ -589,19 +599,20 @@ public final class Heartbeat implements AutoCloseable {
     long[] slots = new long[Slots.STATE_LEN];
     Object[] objs = new Object[Slots.STATE_OBJS];
     byte[] text = new byte[Slots.TEXT_LEN];
-    Known k = known;
     int status;
+    Attempt known;
     long h = handle;
     try {
       synchronized (lock) {
         enter();
-        status = NativeBridge.nativeState(h, Known.id(k), slots, objs, text);
+        known = held;
+        status = NativeBridge.nativeState(h, heldId, slots, objs, text);
       }
     } finally {
       exit();
     }
     Slots.check(status, objs);
-    return new State(slots, objs, text, k == null ? null : k.attempt(), origin);
+    return new State(slots, objs, text, known, origin);
   }
 
   private static final class State {
@@ -613,7 +624,7 @@ public final class Heartbeat implements AutoCloseable {
     final Optional<Decision> last;
 
     State(long[] s, Object[] objs, byte[] text, Attempt known, long origin) {
-      action = Slots.action(s, 0, objs, 0, text, 0, known, null, origin);
+      action = Slots.action(s, 0, objs, 0, ByteBuffer.wrap(text), 0, known, null, origin);
       reservationId = Optional.ofNullable((String) objs[Slots.S_O_RID]);
       mode = Slots.mode(s[Slots.S_MODE]);
       maxRtt = s[Slots.S_MAX_RTT];
@@ -643,35 +654,34 @@ public final class Heartbeat implements AutoCloseable {
    * @throws IllegalStateException if closed
    */
   public Action pollAction() {
-    Known k = known;
-    if (k != null && k.m == mutations) {
+    Action a = (Action) CURRENT.getAcquire(this);
+    if (a != null) {
       // Nothing changed since that action was current.
       if (closed) {
         throw new IllegalStateException("leasebeat: this Heartbeat is closed");
       }
-      return k.action;
+      return a;
     }
     Slots.Scratch scratch = Slots.scratch();
     Object[] objs = scratch.objs;
-    int status;
-    long m;
     try {
       long h = handle;
       try {
         synchronized (lock) {
           enter();
-          m = mutations;
-          status = NativeBridge.nativePoll(h, Known.id(k), scratch.addr, objs);
+          int status = NativeBridge.nativePoll(h, heldId, scratch.addr, objs);
+          if (status != 0) {
+            CURRENT.setRelease(this, null);
+            Slots.check(status, objs);
+          }
+          long[] slots = scratch.act;
+          scratch.slots(0, slots, Slots.ACT_LEN);
+          return remember(slots, 0, objs, 0, scratch.buf, Slots.BUF_TEXT);
         }
       } finally {
         exit();
         Reference.reachabilityFence(scratch);
       }
-      Slots.check(status, objs);
-      long[] slots = scratch.act;
-      scratch.slots(0, slots, Slots.ACT_LEN);
-      scratch.text(Slots.actionText(slots, 0));
-      return remember(m, slots, 0, objs, 0, scratch.text, 0, k, Known.rid(k));
     } finally {
       scratch.clear();
     }
@@ -813,8 +823,9 @@ public final class Heartbeat implements AutoCloseable {
     try {
       synchronized (lock) {
         enter();
-        ++mutations;
         status = NativeBridge.nativeSent(h, attemptId, now, objs);
+        // The action changed (sent: now awaiting the outcome): the next poll asks for it.
+        CURRENT.setRelease(this, null);
       }
     } finally {
       exit();
@@ -849,10 +860,7 @@ public final class Heartbeat implements AutoCloseable {
     int bodyLen = scratch.putBody(raw);
     byte[] body = bodyLen < 0 ? raw : null;
     return decide(
-        scratch,
-        (h, known, buf, objs) ->
-            NativeBridge.nativeResponse(
-                h, attemptId, code, headers, body, bodyLen, timingUnknown, now, known, buf, objs));
+        scratch, RESPONSE, attemptId, code, now, headers, body, bodyLen, timingUnknown);
   }
 
   /**
@@ -873,10 +881,7 @@ public final class Heartbeat implements AutoCloseable {
     Objects.requireNonNull(failure, "failure");
     long now = core(nowNanos);
     int code = failureCode(failure);
-    return decide(
-        Slots.scratch(),
-        (h, known, buf, objs) ->
-            NativeBridge.nativeFailure(h, attemptId, code, now, known, buf, objs));
+    return decide(Slots.scratch(), FAILURE, attemptId, code, now, null, null, -1, false);
   }
 
   /**
@@ -889,9 +894,7 @@ public final class Heartbeat implements AutoCloseable {
    */
   public Decision cancel(long nowNanos) {
     long now = core(nowNanos);
-    return decide(
-        Slots.scratch(),
-        (h, known, buf, objs) -> NativeBridge.nativeCancel(h, now, known, buf, objs));
+    return decide(Slots.scratch(), CANCEL, 0, 0, now, null, null, -1, false);
   }
 
   /**

@@ -37,9 +37,9 @@ final class Slots {
   static final int D_WARN_COUNT = 12;
   static final int D_WARN = 13;
   static final int D_NUMS = 20;
-  static final int D_RID_LEN = 48;
-  static final int D_DETAIL_LEN = 49;
-  static final int DEC_LEN = 50;
+  static final int D_RID_LEN = 34;
+  static final int D_DETAIL_LEN = 35;
+  static final int DEC_LEN = 36;
   static final long F_AT = 1;
   static final long F_KEY = 2;
   static final long F_KEY_INDEX = 4;
@@ -145,6 +145,16 @@ final class Slots {
       }
     }
 
+    /** A copy of {@code n} bytes of the result's text from {@code from} (null for none). */
+    byte[] bytes(int from, int n) {
+      if (n == 0) {
+        return null;
+      }
+      byte[] b = new byte[n];
+      buf.get(BUF_TEXT + from, b);
+      return b;
+    }
+
     void clear() {
       Arrays.fill(objs, null);
     }
@@ -242,16 +252,6 @@ final class Slots {
     }
   }
 
-  private static String str(long len, byte[] text, int t, Object[] objs, int oi) {
-    if (len == -1) {
-      return null;
-    }
-    if (len == -2) {
-      return (String) objs[oi];
-    }
-    return new String(text, t, (int) len, StandardCharsets.UTF_8);
-  }
-
   /** Bytes of the text buffer a decision at {@code o} uses. */
   static int decisionText(long[] s, int o) {
     return (int) (Math.max(0, s[o + D_RID_LEN]) + Math.max(0, s[o + D_DETAIL_LEN]));
@@ -280,27 +280,30 @@ final class Slots {
     return OptionalLong.of(s[slot]);
   }
 
+  /**
+   * Number {@code i} of a decision's slots: the core's packed form ({@code Numbers::packed}),
+   * three tag bits per number (0 absent, 1 the finite magnitude, 2 its negation, 3 +inf, 4 -inf)
+   * and the magnitude's u64 bits.
+   */
   private static Optional<Num> num(long tags, int i, long[] s, int o) {
-    switch ((int) (tags >>> (2 * i)) & 3) {
+    long mag = s[o + D_NUMS + i];
+    switch ((int) (tags >>> (3 * i)) & 7) {
       case 0:
         return Optional.empty();
       case 1:
-        {
-          long hi = s[o + D_NUMS + 2 * i];
-          long lo = s[o + D_NUMS + 2 * i + 1];
-          if (hi == (lo >> 63)) {
-            return Optional.of(Num.of(lo));
-          }
-          BigInteger low = BigInteger.valueOf(lo);
-          if (lo < 0) {
-            low = low.add(TWO_64);
-          }
-          return Optional.of(Num.of(BigInteger.valueOf(hi).shiftLeft(64).add(low)));
-        }
+        return Optional.of(mag >= 0 ? Num.of(mag) : Num.ofUnsigned(mag));
       case 2:
+        // -mag: a long down to -2^63 (mag = 2^63 has the bits of Long.MIN_VALUE).
+        return Optional.of(
+            mag > 0 || mag == Long.MIN_VALUE
+                ? Num.of(-mag)
+                : Num.of(BigInteger.valueOf(mag).add(TWO_64).negate()));
+      case 3:
         return Optional.of(Num.INF);
-      default:
+      case 4:
         return Optional.of(Num.NEG_INF);
+      default:
+        throw new IllegalStateException("leasebeat: number tag out of range from the core");
     }
   }
 
@@ -310,56 +313,11 @@ final class Slots {
    */
   static Decision decision(
       long[] s, int o, Object[] objs, int oo, byte[] text, int t, long origin) {
-    long ridLen = s[o + D_RID_LEN];
-    String rid = str(ridLen, text, t, objs, oo + O_RID);
-    String detail =
-        str(s[o + D_DETAIL_LEN], text, t + (int) Math.max(0, ridLen), objs, oo + O_DETAIL);
     // Kept for the components and the JSON on demand; every call allocates its own slots, so
     // offset 0 is not copied.
     long[] raw = o == 0 ? s : Arrays.copyOfRange(s, o, o + DEC_LEN);
-    return new Decision(raw, rid, detail, origin);
-  }
-
-  /** A reservation id and its UTF-8 bytes (immutable). */
-  static final class Text {
-    final String s;
-    final byte[] b;
-
-    Text(String s, byte[] b) {
-      this.s = s;
-      this.b = b;
-    }
-  }
-
-  /**
-   * The reservation id of the decision at offset 0 of {@code s} ({@code text} from 0): {@code
-   * last} itself when its bytes are the same (no new String), null when absent.
-   */
-  static Text rid(long[] s, Object[] objs, byte[] text, Text last) {
-    long len = s[D_RID_LEN];
-    if (len == -1) {
-      return null;
-    }
-    if (len == -2) {
-      String r = (String) objs[O_RID];
-      return new Text(r, r.getBytes(StandardCharsets.UTF_8));
-    }
-    int n = (int) len;
-    if (last != null && Arrays.equals(last.b, 0, last.b.length, text, 0, n)) {
-      return last;
-    }
-    byte[] b = Arrays.copyOf(text, n);
-    return new Text(new String(b, StandardCharsets.UTF_8), b);
-  }
-
-  /**
-   * The decision at offset 0 of {@code s} (kept by it) with its reservation id already read
-   * ({@link #rid}); the detail follows the id in {@code text}.
-   */
-  static Decision decision(long[] s, String rid, Object[] objs, byte[] text, long origin) {
-    String detail =
-        str(s[D_DETAIL_LEN], text, (int) Math.max(0, s[D_RID_LEN]), objs, O_DETAIL);
-    return new Decision(s, rid, detail, origin);
+    int n = decisionText(s, o);
+    return new Decision(raw, n == 0 ? null : Arrays.copyOfRange(text, t, t + n), objs, oo, origin);
   }
 
   /** The components of the decision in {@code s} (offset 0), with its texts. */
@@ -445,7 +403,7 @@ final class Slots {
       int o,
       Object[] objs,
       int oo,
-      byte[] text,
+      ByteBuffer text,
       int t,
       Attempt known,
       Action knownAction,
@@ -469,7 +427,7 @@ final class Slots {
   }
 
   private static Attempt attempt(
-      long[] s, int o, Object[] objs, int oo, byte[] text, int t, Attempt known, long origin) {
+      long[] s, int o, Object[] objs, int oo, ByteBuffer text, int t, Attempt known, long origin) {
     long id = s[o + A_ID];
     AttemptKind kind = at(Tables.KINDS, s[o + A_KIND]);
     // A finite due time is built on first use (null here).
@@ -497,7 +455,8 @@ final class Slots {
     if (keyLen >= 0 && bodyLen >= 0) {
       // The usual case: key and body in the text buffer, copied once; the key String is built
       // on first use.
-      byte[] bytes = Arrays.copyOfRange(text, t, t + (int) (keyLen + bodyLen));
+      byte[] bytes = new byte[(int) (keyLen + bodyLen)];
+      text.get(t, bytes);
       return new Attempt(
           id,
           kind,
@@ -513,17 +472,28 @@ final class Slots {
           origin);
     }
     int b = t + (int) Math.max(0, keyLen);
-    byte[] body =
-        bodyLen == -2
-            ? (byte[]) objs[oo + O_BODY]
-            : Arrays.copyOfRange(text, b, b + (int) bodyLen);
+    byte[] body;
+    if (bodyLen == -2) {
+      body = (byte[]) objs[oo + O_BODY];
+    } else {
+      body = new byte[(int) bodyLen];
+      text.get(b, body);
+    }
+    String key;
+    if (keyLen == -2) {
+      key = (String) objs[oo + O_KEY];
+    } else {
+      byte[] k = new byte[(int) keyLen];
+      text.get(t, k);
+      key = new String(k, StandardCharsets.UTF_8);
+    }
     // Both fresh (a copy, or an object made for this call): owned by the attempt as they are.
     return new Attempt(
         id,
         kind,
         due,
         dueBits,
-        Objects.requireNonNull(str(keyLen, text, t, objs, oo + O_KEY), "key"),
+        Objects.requireNonNull(key, "key"),
         body,
         0,
         keyIndex,
