@@ -8,8 +8,9 @@
 //!   thread's direct buffer ([`Buf`]: the response body comes in it, the
 //!   result is written in it in place) and an `Object[]`; the call
 //!   fills the *slots* with primitives (indices of enum constants, u64 bit
-//!   patterns, the numbers' packed tags and magnitudes, text lengths) and the *text* area with the bytes
-//!   of what really is text or bytes (the reservation id, a detail, the
+//!   patterns, the numbers' packed tags and magnitudes, text lengths) and
+//!   the *text* area with the bytes of what really is text or bytes (the
+//!   reservation id, a detail, the
 //!   attempt's key and body; one that does not fit comes as an object
 //!   instead), so the hot path creates no Java object in Rust. A decision
 //!   also brings back the action it leaves ([`DECIDED_LEN`]), so that the
