@@ -10,9 +10,9 @@
 //!   fills the *slots* with primitives (indices of enum constants, u64 bit
 //!   patterns, the numbers' packed tags and magnitudes, text lengths) and
 //!   the *text* area with the bytes of what really is text or bytes (the
-//!   reservation id, a detail, the
-//!   attempt's key and body; one that does not fit comes as an object
-//!   instead), so the hot path creates no Java object in Rust. A decision
+//!   reservation id, a detail, the attempt's key and body; one that does
+//!   not fit comes as an object instead), so the hot path creates no Java
+//!   object in Rust. A decision
 //!   also brings back the action it leaves ([`DECIDED_LEN`]), so that the
 //!   `pollAction()` after it needs no second crossing. Returns a status: `0` OK,
 //!   `1` core ERROR (objects 0 and 1: the Java `Code` constant name and the
