@@ -1635,7 +1635,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeRetryAfter<'c>(
 /// `static native double nativeBenchCore(int n, int batches, int mode)`: the benchmark's timed region in Rust alone, in this process
 /// (scripts/bench-jvm.sh): per batch, `n` heartbeats in the core bench's
 /// state (create answered, first extend in flight; not timed), then
-/// `handle_response(200 extend body)` + `poll_action` on each (timed).
+/// `handle_response_ref(200 extend body)` + `poll_action` on each (timed):
+/// the calls the Java path makes (`nativeResponse`), borrowed body, lent
+/// decision.
 /// Mode 0: the heartbeats side by side in one `Vec` (as the core's criterion
 /// bench); 1: each behind its own `Box` and lock, as a Java handle; 2: as 0,
 /// with the caches flushed before the timed loop (64 MiB written), as the GC
@@ -1721,9 +1723,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchRun(
     catch_unwind(AssertUnwindSafe(|| {
         let t0 = bench_clock();
         for (hb, id) in hbs.iter_mut() {
-            let d = hb.handle_response(
+            let d = hb.handle_response_ref(
                 *id,
-                Response::new(200).body(BENCH_EXTEND),
+                ResponseRef::new(200, BENCH_EXTEND),
                 38_600 * 1_000_000,
             );
             std::hint::black_box(&d);
@@ -1768,7 +1770,8 @@ fn bench_core(n: usize, batches: usize, mode: jint) -> f64 {
                 let Ok(mut hb) = h.hb.lock() else {
                     return -1.0;
                 };
-                let d = hb.handle_response(*id, Response::new(200).body(BENCH_EXTEND), 38_600 * MS);
+                let d =
+                    hb.handle_response_ref(*id, ResponseRef::new(200, BENCH_EXTEND), 38_600 * MS);
                 std::hint::black_box(&d);
                 std::hint::black_box(hb.poll_action());
             }
@@ -1786,7 +1789,8 @@ fn bench_core(n: usize, batches: usize, mode: jint) -> f64 {
             }
             let t0 = bench_clock();
             for (hb, id) in &mut hbs {
-                let d = hb.handle_response(*id, Response::new(200).body(BENCH_EXTEND), 38_600 * MS);
+                let d =
+                    hb.handle_response_ref(*id, ResponseRef::new(200, BENCH_EXTEND), 38_600 * MS);
                 std::hint::black_box(&d);
                 std::hint::black_box(hb.poll_action());
             }
@@ -1801,7 +1805,7 @@ fn bench_core(n: usize, batches: usize, mode: jint) -> f64 {
 /// `static native double nativeBenchHandles(long[] handles, long[] ids, long
 /// nowNs)`: the benchmark's timed region in Rust alone, but on heartbeats
 /// made through the Java API (their handles, each with attempt `ids[i]` in
-/// flight): `handle_response(200 extend body)` + `poll_action` on each, in
+/// flight): `handle_response_ref(200 extend body)` + `poll_action` on each, in
 /// one Rust loop with no JNI crossing per operation. Returns ns per
 /// operation, or -1. Tells the cost of where those heartbeats lie in memory
 /// apart from the cost of entering the core from Java once per operation.
@@ -1831,9 +1835,9 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchHandles(
         let t0 = bench_clock();
         for (&h, &id) in handles.iter().zip(&ids) {
             let r = with_hb(h, |hb| {
-                let d = hb.handle_response(
+                let d = hb.handle_response_ref(
                     u64_of(id),
-                    Response::new(200).body(BENCH_EXTEND),
+                    ResponseRef::new(200, BENCH_EXTEND),
                     u64_of(now_ns),
                 );
                 std::hint::black_box(&d);
