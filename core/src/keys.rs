@@ -90,26 +90,123 @@ impl KeySource for UuidV4Keys {
 /// Deterministic keys `"{prefix}1"`, `"{prefix}2"`, ... for tests and replays.
 ///
 /// The next key is kept as text and counted up in place (no number
-/// formatting per key).
+/// formatting per key). With a prefix of at most 18 bytes that text lies
+/// inside the value itself (no separate heap block: a heartbeat reaches it
+/// in one pointer step from its boxed key source, not two).
 #[derive(Clone)]
 pub struct SequentialKeys {
-    /// `prefix` followed by the decimal digits of `next`.
-    text: String,
+    next: u64,
     /// Where the digits start in `text`.
     prefix_len: usize,
-    next: u64,
+    /// `prefix` followed by the decimal digits of `next`.
+    text: KeyText,
+}
+
+/// Bytes of a [`KeyText`] kept inline: a prefix of up to 18 bytes and the
+/// 20 digits of `u64::MAX`.
+const INLINE_TEXT: usize = 38;
+
+/// A short text inline, a longer one on the heap. Its bytes are always
+/// UTF-8: a prefix (a `str`, ASCII when inline) followed by ASCII digits.
+#[derive(Clone)]
+enum KeyText {
+    Inline { len: u8, bytes: [u8; INLINE_TEXT] },
+    Heap(String),
+}
+
+impl KeyText {
+    /// `text` is a prefix of `prefix_len` bytes and digits.
+    fn new(text: String, prefix_len: usize) -> KeyText {
+        // (u64::MAX has 20 digits.)
+        if prefix_len + 20 <= INLINE_TEXT && text.is_ascii() {
+            let mut bytes = [0u8; INLINE_TEXT];
+            bytes[..text.len()].copy_from_slice(text.as_bytes());
+            KeyText::Inline {
+                len: text.len() as u8,
+                bytes,
+            }
+        } else {
+            KeyText::Heap(text)
+        }
+    }
+
+    #[inline]
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            KeyText::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyText::Heap(s) => s.as_bytes(),
+        }
+    }
+
+    /// Replaces `out`'s contents with this text.
+    #[inline]
+    fn write_to(&self, out: &mut String) {
+        out.clear();
+        match self {
+            // ASCII: each byte is the char of the same value.
+            KeyText::Inline { len, bytes } => {
+                let bytes = &bytes[..usize::from(*len)];
+                out.reserve(bytes.len());
+                out.extend(bytes.iter().map(|&b| char::from(b)));
+            }
+            KeyText::Heap(s) => out.push_str(s),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            KeyText::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
+                .expect("a prefix and ASCII digits are UTF-8"),
+            KeyText::Heap(s) => s,
+        }
+    }
+
+    /// Replaces the last byte, an ASCII digit, by the ASCII digit `d`.
+    #[inline]
+    fn set_last_digit(&mut self, d: u8) {
+        match self {
+            KeyText::Inline { len, bytes } => bytes[usize::from(*len) - 1] = d,
+            KeyText::Heap(s) => {
+                s.pop();
+                s.push(char::from(d));
+            }
+        }
+    }
+
+    /// Keeps the first `keep` bytes (a char boundary: the prefix's end or
+    /// within the digits), then appends the ASCII digits `digits` (the
+    /// inline text has room for 20 digits after the prefix).
+    fn replace_tail(&mut self, keep: usize, digits: &[u8]) {
+        match self {
+            KeyText::Inline { len, bytes } => {
+                bytes[keep..keep + digits.len()].copy_from_slice(digits);
+                *len = (keep + digits.len()) as u8;
+            }
+            KeyText::Heap(s) => {
+                s.truncate(keep);
+                for &d in digits {
+                    s.push(char::from(d));
+                }
+            }
+        }
+    }
 }
 
 impl SequentialKeys {
     /// Keys `"{prefix}1"`, `"{prefix}2"`, ...
     pub fn new(prefix: impl Into<String>) -> SequentialKeys {
-        let mut text = prefix.into();
-        let prefix_len = text.len();
-        text.push('1');
+        SequentialKeys::starting_at(prefix.into(), 1)
+    }
+
+    /// Keys `"{prefix}{next}"`, ... (`next` >= 1).
+    fn starting_at(prefix: String, next: u64) -> SequentialKeys {
+        let prefix_len = prefix.len();
+        let mut text = prefix;
+        text.push_str(itoa::Buffer::new().format(next));
         SequentialKeys {
-            text,
+            next,
             prefix_len,
-            next: 1,
+            text: KeyText::new(text, prefix_len),
         }
     }
 
@@ -121,30 +218,27 @@ impl SequentialKeys {
             return;
         }
         self.next += 1;
+        let text = self.text.as_bytes();
         // Nine times in ten only the last digit changes.
-        if let Some(&d) = self.text.as_bytes().last() {
-            if (b'0'..=b'8').contains(&d) && self.text.len() > self.prefix_len {
-                self.text.pop();
-                self.text.push(char::from(d + 1));
+        if let Some(&d) = text.last() {
+            if (b'0'..=b'8').contains(&d) && text.len() > self.prefix_len {
+                self.text.set_last_digit(d + 1);
                 return;
             }
         }
         // A decimal increment of the digits: the last digit that is not a
         // 9 goes up by one, the nines after it become zeros (all nines: a 1
         // and one zero more).
-        let digits = &self.text.as_bytes()[self.prefix_len..];
+        let digits = &text[self.prefix_len..];
         let (keep, up, zeros) = match digits.iter().rposition(|d| *d != b'9') {
             Some(i) => (self.prefix_len + i, digits[i] + 1, digits.len() - i - 1),
             None => (self.prefix_len, b'1', digits.len()),
         };
-        self.text.truncate(keep);
-        self.text.push(char::from(up));
-        if zeros > 0 {
-            const ZEROS: &str = "00000000000000000000";
-            self.text.push_str(&ZEROS[..zeros]);
-        }
+        let mut tail = [b'0'; 21];
+        tail[0] = up;
+        self.text.replace_tail(keep, &tail[..1 + zeros]);
         debug_assert_eq!(
-            &self.text[self.prefix_len..],
+            &self.text.as_str()[self.prefix_len..],
             itoa::Buffer::new().format(self.next)
         );
     }
@@ -155,7 +249,7 @@ impl fmt::Debug for SequentialKeys {
         write!(
             f,
             "SequentialKeys({:?}, next {})",
-            &self.text[..self.prefix_len],
+            &self.text.as_str()[..self.prefix_len],
             self.next
         )
     }
@@ -168,8 +262,7 @@ impl KeySource for SequentialKeys {
         s
     }
     fn write_key(&mut self, out: &mut String) {
-        out.clear();
-        out.push_str(&self.text);
+        self.text.write_to(out);
         self.advance();
     }
     /// A counter: unique until it nears `u64::MAX` (where the last value
@@ -222,16 +315,34 @@ mod tests {
 
     #[test]
     fn sequential_keys_count_like_the_integers() {
-        let at = |next: u64| {
-            let mut k = SequentialKeys::new("é-");
-            k.next = next;
-            k.text = format!("é-{next}");
-            k
-        };
+        let at = |next: u64| SequentialKeys::starting_at("é-".into(), next);
+        let mut ascii = SequentialKeys::new("k");
         let mut k = SequentialKeys::new("é-");
         for n in 1..=100_000u64 {
             assert_eq!(k.next_key(), format!("é-{n}"));
+            assert_eq!(ascii.next_key(), format!("k{n}"));
         }
+        assert!(matches!(ascii.text, KeyText::Inline { .. }));
+        // A prefix too long for the inline text (kept on the heap), and the
+        // longest one kept inline, around every power of ten.
+        for prefix in ["a-prefix-of-nineteen", "prefix-of-eighteen"] {
+            for start in [1, 9, 99, 999_999, u64::MAX - 1_000] {
+                let mut k = SequentialKeys::starting_at(prefix.into(), start);
+                for n in start..start + 1_000 {
+                    assert_eq!(k.next_key(), format!("{prefix}{n}"));
+                }
+            }
+        }
+        assert!(matches!(
+            SequentialKeys::new("prefix-of-eighteen").text,
+            KeyText::Inline { .. }
+        ));
+        assert!(matches!(
+            SequentialKeys::new("prefix-of-nineteen!").text,
+            KeyText::Heap(_)
+        ));
+        // Not ASCII: on the heap.
+        assert!(matches!(k.text, KeyText::Heap(_)));
         for start in [9, 99, 999_999, 1 << 40, u64::MAX - 1_000] {
             let mut k = at(start);
             for n in start..start + 1_000 {
