@@ -99,9 +99,9 @@ final class Slots {
 
   /**
    * A thread's buffers for the hot calls (decisions and polls): the native buffer the call reads
-   * the body from and writes its result to (a direct buffer: no JNI call per access), the text
-   * buffer and object slots read while decoding (strings and bodies are copied out). Nothing keeps
-   * them after the call, so one per thread saves allocating them per call. {@link #clear} after
+   * the body from and writes its result to (a direct buffer: no JNI call per access; texts and
+   * bodies are copied out of it), the object slots and an action's slots read while decoding.
+   * Nothing keeps them after the call, so one per thread saves allocating them per call. {@link #clear} after
    * each use drops any object the call left (an error's message, a text too long for the buffer).
    */
   static final class Scratch {
@@ -110,7 +110,6 @@ final class Slots {
     /** The address of {@link #buf}, for the native calls (valid while this scratch lives). */
     final long addr = NativeBridge.nativeBufferAddress(buf);
 
-    final byte[] text = new byte[TEXT_LEN];
     final Object[] objs = new Object[DECIDED_OBJS];
     /** An action's slots (decoded, never kept). */
     final long[] act = new long[ACT_LEN];
@@ -136,13 +135,6 @@ final class Slots {
     /** The first {@code n} slots of the result into {@code s} from {@code from}. */
     void slots(int from, long[] s, int n) {
       longs.get(from, s, 0, n);
-    }
-
-    /** The first {@code n} bytes of the result's text into {@link #text}. */
-    void text(int n) {
-      if (n > 0) {
-        buf.get(BUF_TEXT, text, 0, n);
-      }
     }
 
     /** A copy of {@code n} bytes of the result's text from {@code from} (null for none). */
