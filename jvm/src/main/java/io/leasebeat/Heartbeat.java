@@ -90,10 +90,9 @@ public final class Heartbeat implements AutoCloseable {
 
   /**
    * The current action, so that a {@link #pollAction()} needs no native call: set (holding {@link
-   * #lock}) by every call that brings the action back, cleared (holding it) by a change that does
-   * not ({@link #handleSent}) and by a call that failed; read without the lock, with acquire
-   * semantics. A poll that races a change in progress sees the action from before it: the poll is
-   * ordered before the change.
+   * #lock}) by every call that brings the action back, cleared (holding it) before every change;
+   * read without the lock, with acquire semantics. A poll that races a change either sees the
+   * action from before it (the poll is ordered first) or finds none and waits for the lock.
    */
   @SuppressWarnings("unused") // accessed through CURRENT
   private Action current;
@@ -512,6 +511,9 @@ public final class Heartbeat implements AutoCloseable {
       try {
         synchronized (lock) {
           enter();
+          // A change invalidates the current action first: whatever happens below (a refusal, a
+          // panic, a decoding failure), no poll returns the action from before it.
+          CURRENT.setRelease(this, null);
           long buf = scratch.addr;
           int status;
           switch (call) {
@@ -527,11 +529,7 @@ public final class Heartbeat implements AutoCloseable {
             default:
               status = NativeBridge.nativeCancel(h, now, heldId, buf, objs);
           }
-          if (status != 0) {
-            // Refused (the state is unchanged) or failed (a panic: the heartbeat is unusable).
-            CURRENT.setRelease(this, null);
-            Slots.check(status, objs);
-          }
+          Slots.check(status, objs);
           long[] raw = new long[Slots.DEC_LEN]; // kept by the decision
           long[] act = scratch.act;
           scratch.slots(0, raw, Slots.DEC_LEN);
@@ -669,11 +667,7 @@ public final class Heartbeat implements AutoCloseable {
       try {
         synchronized (lock) {
           enter();
-          int status = NativeBridge.nativePoll(h, heldId, scratch.addr, objs);
-          if (status != 0) {
-            CURRENT.setRelease(this, null);
-            Slots.check(status, objs);
-          }
+          Slots.check(NativeBridge.nativePoll(h, heldId, scratch.addr, objs), objs);
           long[] slots = scratch.act;
           scratch.slots(0, slots, Slots.ACT_LEN);
           return remember(slots, 0, objs, 0, scratch.buf, Slots.BUF_TEXT);
@@ -823,9 +817,9 @@ public final class Heartbeat implements AutoCloseable {
     try {
       synchronized (lock) {
         enter();
-        status = NativeBridge.nativeSent(h, attemptId, now, objs);
-        // The action changed (sent: now awaiting the outcome): the next poll asks for it.
+        // The action changes (sent: now awaiting the outcome): the next poll asks for it.
         CURRENT.setRelease(this, null);
+        status = NativeBridge.nativeSent(h, attemptId, now, objs);
       }
     } finally {
       exit();
