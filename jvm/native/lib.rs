@@ -36,11 +36,15 @@
 //! once (Java maps each stable string to its constant), so no Java ordinal is
 //! assumed.
 //!
-//! The handle is a `Box<Handle>` turned into a `jlong`. The Java side
+//! The handle is the address of a [`Handle`] in [`HANDLES`] (the heartbeats
+//! lie side by side there, see [`pool`]) turned into a `jlong`. The Java side
 //! guarantees it is freed once, never while another call is inside, and
-//! never used after it was freed (a read/write lock plus a `Cleaner`).
+//! never used after it was freed (its monitor plus a `Cleaner`).
+
+mod pool;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 use jni::errors::ThrowRuntimeExAndDefault;
@@ -61,9 +65,15 @@ const ERROR: u8 = 1;
 const PANIC: u8 = 2;
 
 /// One heartbeat behind a lock: Java may call from many threads at once.
+/// Starts on a cache line (its size is a multiple of 64: 576 bytes today), so
+/// a decision touches no line it does not need.
+#[repr(align(64))]
 struct Handle {
     hb: Mutex<Heartbeat>,
 }
+
+/// Every live handle ([`into_handle`] to `nativeFree`).
+static HANDLES: pool::Pool<Handle> = pool::Pool::new();
 
 // ----- enum tables -----
 
@@ -664,8 +674,9 @@ fn with_hb<T>(handle: jlong, f: impl FnOnce(&mut Heartbeat) -> Result<T, Fail>) 
     if handle == 0 {
         return Err(arg_fail("null heartbeat handle"));
     }
-    // SAFETY: a non-zero handle comes from `into_handle` (Box::into_raw) and
-    // the Java side never passes it after `nativeFree` nor concurrently with it.
+    // SAFETY: a non-zero handle comes from `into_handle` (a value in
+    // HANDLES) and the Java side never passes it after `nativeFree` nor
+    // concurrently with it.
     let h = unsafe { &*(handle as usize as *const Handle) };
     match h.hb.lock() {
         Ok(mut hb) => f(&mut hb),
@@ -674,7 +685,7 @@ fn with_hb<T>(handle: jlong, f: impl FnOnce(&mut Heartbeat) -> Result<T, Fail>) 
 }
 
 fn into_handle(hb: Heartbeat) -> u64 {
-    Box::into_raw(Box::new(Handle { hb: Mutex::new(hb) })) as usize as u64
+    HANDLES.insert(Handle { hb: Mutex::new(hb) }).as_ptr() as usize as u64
 }
 
 /// A Java long carrying a u64 bit pattern.
@@ -1153,8 +1164,12 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeFree<'c>(
         return;
     }
     let _ = catch_unwind(|| {
-        // SAFETY: see `with_hb`; the Java side frees each handle exactly once.
-        drop(unsafe { Box::from_raw(handle as usize as *mut Handle) });
+        let Some(p) = NonNull::new(handle as usize as *mut Handle) else {
+            return;
+        };
+        // SAFETY: see `with_hb`; the Java side frees each handle exactly once,
+        // with no call inside. Dropped here, outside the pool's lock.
+        drop(unsafe { HANDLES.remove(p) });
     });
 }
 
@@ -1851,4 +1866,23 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchHandles(
         (bench_clock() - t0) as f64 / handles.len() as f64
     }))
     .unwrap_or(-1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_inserted_and_freed_through_the_entry_points_helpers() {
+        let hb = Heartbeat::new(Config::new(60_000, Some(10_000))).expect("a valid config");
+        let h = into_handle(hb) as jlong;
+        assert_eq!(h % 64, 0, "a handle starts on a cache line");
+        let Ok(id) = with_hb(h, |hb| Ok(hb.attempt().expect("the create").id)) else {
+            panic!("a live handle");
+        };
+        let sent = with_hb(h, |hb| Ok(hb.handle_sent(id, 0)?));
+        assert!(sent.is_ok());
+        // SAFETY: from into_handle, freed once, nothing else uses it.
+        drop(unsafe { HANDLES.remove(NonNull::new(h as usize as *mut Handle).expect("non-null")) });
+    }
 }
