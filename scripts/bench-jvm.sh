@@ -16,7 +16,10 @@
 # in a Vec as in the core's criterion bench) and jvm.overhead (the difference);
 # jvm.core_same_heartbeats (the same calls in one Rust loop, no JNI per operation, on batches of
 # heartbeats made through the Java API exactly as the Java loop's: same count, same order, same
-# memory placement) and jvm.overhead_same_heartbeats (the difference: JNI and Java alone).
+# memory placement) and jvm.overhead_same_heartbeats (the difference: JNI and Java alone);
+# jvm.decision_shuffled, jvm.core_shuffled and jvm.overhead_shuffled: the Java loop and the Rust
+# one visiting their heartbeats in one fixed shuffled order (as timers do in a service) instead
+# of creation order, where the hardware prefetcher cannot run ahead of either.
 # Env: BENCH_ROUNDS (default 7), BENCH_BATCHES (default 40), BENCH_JAVA_OPTS (default
 # -XX:+UseParallelGC; e.g. -XX:+UseG1GC for the JDK's default collector).
 set -euo pipefail

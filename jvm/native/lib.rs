@@ -533,6 +533,18 @@ impl Raw {
         usize::try_from(n).map_err(|_| Fail::Pending)
     }
 
+    /// A non-null `int[]`, copied (benchmark hooks only).
+    fn ints(self, a: jni::sys::jintArray) -> Result<Vec<i32>, Fail> {
+        let n = self.len(a)?;
+        let mut v = vec![0i32; n];
+        // SAFETY: `v` holds `n` ints, the array's length.
+        unsafe { (self.iface().v1_1.GetIntArrayRegion)(self.0, a, 0, n as i32, v.as_mut_ptr()) };
+        if self.pending() {
+            return Err(Fail::Pending);
+        }
+        Ok(v)
+    }
+
     /// A nullable `byte[]`, copied once (one `GetByteArrayRegion`).
     fn bytes(self, a: jni::sys::jbyteArray) -> Result<Option<Vec<u8>>, Fail> {
         if a.is_null() {
@@ -1722,22 +1734,53 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchPrepare(
     .unwrap_or(0)
 }
 
-/// `static native double nativeBenchRun(long batch)`: the timed region on a
-/// batch from `nativeBenchPrepare`, which it frees: ns per operation.
+/// `static native double nativeBenchRun(long batch, int[] order)`: the timed
+/// region on a batch from `nativeBenchPrepare`, which it frees: ns per
+/// operation (-1 if `order` is not a permutation of the batch). The
+/// heartbeats are visited in `order` (their indices in the batch), or side
+/// by side in address order when it is null.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeBenchRun(
-    _env: *mut jni::sys::JNIEnv,
+    env: *mut jni::sys::JNIEnv,
     _class: jni::sys::jclass,
     batch: jlong,
+    order: jni::sys::jintArray,
 ) -> f64 {
     if batch == 0 {
         return -1.0;
     }
     // SAFETY: a non-zero value comes from `nativeBenchPrepare`, run once.
     let mut hbs = unsafe { Box::from_raw(batch as usize as *mut Vec<(Heartbeat, u64)>) };
+    let raw = Raw(env);
     catch_unwind(AssertUnwindSafe(|| {
+        let order: Vec<usize> = if order.is_null() {
+            (0..hbs.len()).collect()
+        } else {
+            let Ok(v) = raw.ints(order) else {
+                return -1.0;
+            };
+            let mut seen = vec![false; hbs.len()];
+            let mut ix = Vec::with_capacity(v.len());
+            for i in v {
+                match usize::try_from(i)
+                    .ok()
+                    .filter(|&i| i < hbs.len() && !seen[i])
+                {
+                    Some(i) => {
+                        seen[i] = true;
+                        ix.push(i);
+                    }
+                    None => return -1.0,
+                }
+            }
+            if ix.len() != hbs.len() {
+                return -1.0;
+            }
+            ix
+        };
         let t0 = bench_clock();
-        for (hb, id) in hbs.iter_mut() {
+        for &i in &order {
+            let (hb, id) = &mut hbs[i];
             let d = hb.handle_response_ref(
                 *id,
                 ResponseRef::new(200, BENCH_EXTEND),

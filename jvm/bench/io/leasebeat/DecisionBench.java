@@ -64,8 +64,37 @@ final class DecisionBench {
     return hb;
   }
 
-  /** ns per op of one batch of the timed region. */
+  /**
+   * A fixed permutation of 0..n-1 (seed 42): the shuffled visiting order, as decisions come in a
+   * running service (timer order, not creation order). The Java and Rust loops use the same one.
+   */
+  static int[] shuffled(int n) {
+    int[] order = identity(n);
+    java.util.Random r = new java.util.Random(42);
+    for (int i = n - 1; i > 0; i--) {
+      int j = r.nextInt(i + 1);
+      int t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+    return order;
+  }
+
+  static int[] identity(int n) {
+    int[] order = new int[n];
+    for (int i = 0; i < n; i++) {
+      order[i] = i;
+    }
+    return order;
+  }
+
+  /** ns per op of one batch of the timed region, visiting the heartbeats in creation order. */
   static double batch(int n, boolean poll) {
+    return batch(n, poll, identity(n));
+  }
+
+  /** ns per op of one batch of the timed region, visiting the heartbeats in {@code order}. */
+  static double batch(int n, boolean poll, int[] order) {
     Heartbeat[] hbs = new Heartbeat[n];
     long[] ids = new long[n];
     for (int i = 0; i < n; i++) {
@@ -76,7 +105,8 @@ final class DecisionBench {
     }
     Object last = null;
     long t0 = now();
-    for (int i = 0; i < n; i++) {
+    for (int k = 0; k < n; k++) {
+      int i = order[k];
       Decision d = hbs[i].handleResponse(ids[i], EXTEND_OK, 38_600 * MS);
       last = poll ? hbs[i].pollAction() : d;
     }
@@ -93,13 +123,17 @@ final class DecisionBench {
    * made through the Java API exactly as {@link #batch}'s: the core's cost on the very heartbeats
    * (and memory placement) the Java loop walks.
    */
-  static double rustBatch(int n) throws ReflectiveOperationException {
+  static double rustBatch(int n, int[] order) throws ReflectiveOperationException {
     Heartbeat[] hbs = new Heartbeat[n];
+    long[] made = new long[n];
     long[] ids = new long[n];
     long[] handles = new long[n];
     for (int i = 0; i < n; i++) {
-      hbs[i] = inFlight(ids, i);
-      handles[i] = HANDLE.getLong(hbs[i]);
+      hbs[i] = inFlight(made, i);
+    }
+    for (int k = 0; k < n; k++) {
+      ids[k] = made[order[k]];
+      handles[k] = HANDLE.getLong(hbs[order[k]]);
     }
     if (GC) {
       System.gc();
@@ -112,12 +146,12 @@ final class DecisionBench {
   }
 
   /** The core reference with the same GC between setup and timing as {@link #batch}. */
-  static double coreBatch(int n) {
+  static double coreBatch(int n, int[] order) {
     long b = NativeBridge.nativeBenchPrepare(n);
     if (GC) {
       System.gc();
     }
-    return NativeBridge.nativeBenchRun(b);
+    return NativeBridge.nativeBenchRun(b, order);
   }
 
   private static final java.lang.reflect.Field HANDLE;
@@ -256,34 +290,44 @@ final class DecisionBench {
     int batches = Integer.getInteger("bench.batches", 40);
     int rounds = Integer.getInteger("bench.rounds", 7);
     // Warm-up: compile every path (C2) before measuring.
+    int[] seq = identity(n);
+    int[] shuf = shuffled(n);
     for (int w = 0; w < 300; w++) {
-      batch(n, true);
+      batch(n, true, w % 2 == 0 ? seq : shuf);
       batch(n, false);
     }
     for (int w = 0; w < 20; w++) {
-      rustBatch(n);
-      coreBatch(n);
+      rustBatch(n, seq);
+      coreBatch(n, w % 2 == 0 ? seq : shuf);
     }
     double[] primary = new double[rounds];
     double[] responseOnly = new double[rounds];
     double[] core = new double[rounds];
     double[] same = new double[rounds];
     double[] warm = new double[rounds];
+    double[] primaryShuffled = new double[rounds];
+    double[] coreShuffled = new double[rounds];
     for (int r = 0; r < rounds; r++) {
       double[] a = new double[batches];
       double[] b = new double[batches];
       double[] h = new double[batches];
       double[] c = new double[batches];
+      double[] as = new double[batches];
+      double[] cs = new double[batches];
       for (int i = 0; i < batches; i++) {
-        a[i] = batch(n, true);
+        a[i] = batch(n, true, seq);
         b[i] = batch(n, false);
-        h[i] = rustBatch(n);
-        c[i] = coreBatch(n);
+        h[i] = rustBatch(n, seq);
+        c[i] = coreBatch(n, seq);
+        as[i] = batch(n, true, shuf);
+        cs[i] = coreBatch(n, shuf);
       }
       primary[r] = median(a);
       responseOnly[r] = median(b);
       same[r] = median(h);
       core[r] = median(c);
+      primaryShuffled[r] = median(as);
+      coreShuffled[r] = median(cs);
       warm[r] = NativeBridge.benchCore(n, batches);
     }
     double p = median(primary);
@@ -291,11 +335,16 @@ final class DecisionBench {
     double c = median(core);
     double sh = median(same);
     double cw = median(warm);
+    double ps = median(primaryShuffled);
+    double cs = median(coreShuffled);
     System.out.printf("rounds: %d x %d batches of %d heartbeats%n", rounds, batches, n);
     System.out.printf("round medians, decision + poll: %s%n", Arrays.toString(round1(primary)));
     System.out.printf("round medians, core:            %s%n", Arrays.toString(round1(core)));
     System.out.printf("round medians, core warm:       %s%n", Arrays.toString(round1(warm)));
     System.out.printf("round medians, core on Java's:  %s%n", Arrays.toString(round1(same)));
+    System.out.printf(
+        "round medians, shuffled, java:  %s%n", Arrays.toString(round1(primaryShuffled)));
+    System.out.printf("round medians, shuffled, core:  %s%n", Arrays.toString(round1(coreShuffled)));
     System.out.printf("clock: %s%n", CPU ? "thread CPU time" : "wall (nanoTime; Rust hooks: CPU)");
     System.out.printf("%-58s %10s%n", "what (median ns per operation)", "ns");
     System.out.printf("%-58s %10.1f%n", "java handleResponse(200 extend) + pollAction", p);
@@ -305,6 +354,9 @@ final class DecisionBench {
     System.out.printf("%-58s %10.1f%n", "rust core, same calls on the Java-made heartbeats", sh);
     System.out.printf("%-58s %10.1f%n", "JNI + Java overhead above the core (target <= 300)", p - c);
     System.out.printf("%-58s %10.1f%n", "JNI + Java overhead above the core, same heartbeats", p - sh);
+    System.out.printf("%-58s %10.1f%n", "shuffled order: java handleResponse + pollAction", ps);
+    System.out.printf("%-58s %10.1f%n", "shuffled order: rust core, same process", cs);
+    System.out.printf("%-58s %10.1f%n", "shuffled order: JNI + Java overhead above the core", ps - cs);
     System.out.printf(
         "BENCH {\"id\": \"jvm.decision\", \"what\": \"Java handleResponse(200 extend body) +"
             + " pollAction, warmed loop\", \"value\": %.1f, \"unit\": \"ns\"}%n",
@@ -331,5 +383,18 @@ final class DecisionBench {
         "BENCH {\"id\": \"jvm.overhead_same_heartbeats\", \"what\": \"JNI and Java cost above the"
             + " core on the same heartbeats, same run\", \"value\": %.1f, \"unit\": \"ns\"}%n",
         p - sh);
+    System.out.printf(
+        "BENCH {\"id\": \"jvm.decision_shuffled\", \"what\": \"as jvm.decision, the heartbeats"
+            + " visited in a fixed shuffled order (as timers visit them)\", \"value\": %.1f,"
+            + " \"unit\": \"ns\"}%n",
+        ps);
+    System.out.printf(
+        "BENCH {\"id\": \"jvm.core_shuffled\", \"what\": \"as jvm.core_same_process, same"
+            + " shuffled order\", \"value\": %.1f, \"unit\": \"ns\"}%n",
+        cs);
+    System.out.printf(
+        "BENCH {\"id\": \"jvm.overhead_shuffled\", \"what\": \"JNI and Java cost above the core,"
+            + " shuffled order, same run\", \"value\": %.1f, \"unit\": \"ns\"}%n",
+        ps - cs);
   }
 }

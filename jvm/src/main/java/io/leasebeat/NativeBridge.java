@@ -107,8 +107,12 @@ final class NativeBridge {
   /** A batch of n Rust-made heartbeats for {@link #nativeBenchRun} (DecisionBench). */
   static native long nativeBenchPrepare(int n);
 
-  /** The timed region on a prepared batch, which it frees: ns per operation. */
-  static native double nativeBenchRun(long batch);
+  /**
+   * The timed region on a prepared batch, which it frees: ns per operation (-1 if {@code order}
+   * is not a permutation of the batch). Visits the heartbeats in {@code order} (indices in the
+   * batch), or in address order for null.
+   */
+  static native double nativeBenchRun(long batch, int[] order);
 
   static double benchCore(int n, int batches) {
     return nativeBenchCore(n, batches, 0);
