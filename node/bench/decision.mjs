@@ -18,7 +18,7 @@
 // the caches as criterion's batched setup does (a heartbeat used once after
 // a cold setup costs about twice as much, mostly cache misses). Rounds are
 // short (about 100 us) and the median of 1001 drops the rounds a young
-// collection or the machine's load hit. With --expose-gc a full collection
+// collection or the machine's load hit; the cases take turns round by round. With --expose-gc a full collection
 // also runs between the setup and each timed round (off by default: it
 // evicts the caches). JSON.parse is timed on the same
 // body as a string, its result kept alive the same way.
@@ -127,12 +127,15 @@ function check () {
 }
 
 check()
-const results = {}
+// The cases take turns round by round (each round runs every case once), so
+// that all of them see the same phases of the machine's speed, which drifts
+// over seconds here; one case after another would charge a slow phase to
+// whichever case ran in it.
 const only = process.env.LEASEBEAT_BENCH_ONLY
-for (const [name, fn] of Object.entries(cases)) {
-  if (only && !name.startsWith(only)) continue
-  const per = []
-  for (let r = 0; r < WARMUP + ROUNDS; r++) {
+const chosen = Object.entries(cases).filter(([name]) => !only || name.startsWith(only))
+const per = Object.fromEntries(chosen.map(([name]) => [name, []]))
+for (let r = 0; r < WARMUP + ROUNDS; r++) {
+  for (const [name, fn] of chosen) {
     const hbs = name.startsWith('JSON') ? new Array(BATCH) : batch(name.startsWith('pollAction') ? decided : inFlight)
     // With --expose-gc, a full collection outside the timed region: the
     // garbage of earlier rounds is collected and this batch is promoted to
@@ -140,11 +143,12 @@ for (const [name, fn] of Object.entries(cases)) {
     // loop do not copy the setup's objects.
     globalThis.gc?.()
     const ms = fn(hbs)
-    if (r >= WARMUP) per.push((ms * 1e6) / BATCH)
+    if (r >= WARMUP) per[name].push((ms * 1e6) / BATCH)
   }
-  results[name] = { median: median(per), min: Math.min(...per) }
-  if (sinkD === undefined) throw new Error('unreachable')
 }
+if (sinkD === undefined) throw new Error('unreachable')
+const results = Object.fromEntries(
+  chosen.map(([name]) => [name, { median: median(per[name]), min: Math.min(...per[name]) }]))
 
 const pad = (s, n) => String(s).padEnd(n)
 console.log(`node ${process.version}, batch ${BATCH}, ${ROUNDS} rounds after ${WARMUP} warm-up rounds (ns per operation)`)
