@@ -4,8 +4,8 @@
 //! Two calling conventions:
 //!
 //! * Hot calls (events, polls; the adoption and the state through `long[]`
-//!   and `byte[]` arrays instead): the Java side passes the address of its
-//!   thread's direct buffer ([`Buf`]: the response body comes in it, the
+//!   and `byte[]` arrays instead): the Java side passes the address of the
+//!   call's direct buffer ([`Buf`]: the response body comes in it, the
 //!   result is written in it in place) and an `Object[]`; the call
 //!   fills the *slots* with primitives (indices of enum constants, u64 bit
 //!   patterns, the numbers' packed tags and magnitudes, text lengths) and
@@ -281,7 +281,7 @@ const ADOPT_HANDLE: usize = DECIDED_LEN;
 /// Java allocates, `Slots.TEXT_LEN`); more goes as objects.
 const TEXT_CAP: usize = 512;
 
-/// The per-thread native buffer of the raw hot calls (`Slots.Scratch.buf`, a
+/// The native buffer of a raw hot call (`Slots.Scratch.buf`, a
 /// direct `ByteBuffer` of [`BUF_LEN`] bytes whose address Java passes as a
 /// `long`): the result slots (native-endian `i64`s) from byte 0, the text
 /// from [`BUF_TEXT`], the input body from [`BUF_IN`] (at most [`BUF_IN_CAP`]
@@ -322,7 +322,7 @@ fn arg_fail(message: &str) -> Fail {
 type Objects = Vec<(usize, Vec<u8>, bool)>;
 
 /// Where a hot call writes its result: zeroed slots and a text area, either
-/// the thread's native buffer itself ([`Buf::output`], the hot path: no
+/// the call's native buffer itself ([`Buf::output`], the hot path: no
 /// staging copy) or arrays on the stack copied to Java arrays after the call
 /// ([`hot`]).
 struct Out<'a> {
@@ -588,7 +588,7 @@ impl Raw {
     }
 }
 
-/// The address of the calling thread's native buffer ([`BUF_LEN`] bytes).
+/// The address of the call's native buffer ([`BUF_LEN`] bytes).
 #[derive(Clone, Copy)]
 struct Buf(jlong);
 
@@ -603,9 +603,10 @@ impl Buf {
     /// The first `n` bytes (at most [`BUF_IN_CAP`]) of the input area.
     fn input<'b>(self, n: usize) -> Result<&'b [u8], Fail> {
         let p = self.ptr()?;
-        // SAFETY: a non-zero address is that of the calling thread's direct
-        // ByteBuffer of BUF_LEN bytes (Slots.Scratch), which the Java caller
-        // keeps reachable during the call and which no other thread uses;
+        // SAFETY: a non-zero address is that of the call's direct ByteBuffer
+        // of BUF_LEN bytes (Slots.Scratch), which the Java caller keeps
+        // reachable during the call and which no other call uses (taken from
+        // the pool for this call and given back after it);
         // BUF_IN + n <= BUF_LEN. The slice is dropped before the call returns.
         Ok(unsafe { std::slice::from_raw_parts(p.add(BUF_IN), n) })
     }
@@ -624,7 +625,7 @@ impl Buf {
             return Err(arg_fail("misaligned native buffer"));
         }
         // SAFETY: as in `input` (the buffer holds BUF_LEN bytes, is used by
-        // this thread only and stays reachable during the call); the slots
+        // this call only and stays reachable during it); the slots
         // (BUF_TEXT bytes from 0, 8-aligned: checked above) and the text area
         // (TEXT_CAP bytes from BUF_TEXT) are disjoint and end before BUF_IN,
         // so neither overlaps the input slice nor each other. Both slices are
@@ -640,7 +641,7 @@ impl Buf {
 }
 
 /// Runs one hot entry point on the raw environment ([`Raw`]): `f` fills
-/// `out.slots` and the text, which are the thread's native buffer [`Buf`]
+/// `out.slots` and the text, which are the call's native buffer [`Buf`]
 /// itself (written in place; the slot count `f` returns is not needed).
 /// Returns the status (see the module documentation); errors, panics and
 /// objects take the jni crate's path. Nothing unwinds out.
@@ -1260,7 +1261,7 @@ fn put_decided(
 /// status, byte[] headers, byte[] body, int bodyLen, boolean timingUnknown,
 /// long nowNs, long knownAttemptId, long buf, Object[] objs)`: headers null =
 /// none; the body is `body` when `bodyLen` < 0, else the first `bodyLen`
-/// bytes of the input area of the thread's native buffer `buf` ([`Buf`]).
+/// bytes of the input area of the call's native buffer `buf` ([`Buf`]).
 /// Result: the decision and the action ([`DECIDED_LEN`]) in `buf`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]

@@ -177,7 +177,7 @@ final class DecisionBench {
       handles[i] = hf.getLong(hbs[i]);
     }
     byte[] body = EXTEND_OK.rawBody();
-    Slots.Scratch sc = Slots.scratch();
+    Slots.Scratch sc = Slots.take();
     if (GC) {
       System.gc();
     }
@@ -216,7 +216,7 @@ final class DecisionBench {
     }
     long t5 = now();
     sink = last;
-    sc.clear();
+    Slots.give(sc);
     for (Heartbeat hb : hbs) {
       hb.close();
     }

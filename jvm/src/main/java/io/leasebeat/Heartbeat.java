@@ -545,7 +545,7 @@ public final class Heartbeat implements AutoCloseable {
         Reference.reachabilityFence(scratch);
       }
     } finally {
-      scratch.clear();
+      Slots.give(scratch);
     }
   }
 
@@ -660,7 +660,7 @@ public final class Heartbeat implements AutoCloseable {
       }
       return a;
     }
-    Slots.Scratch scratch = Slots.scratch();
+    Slots.Scratch scratch = Slots.take();
     Object[] objs = scratch.objs;
     try {
       long h = handle;
@@ -677,7 +677,7 @@ public final class Heartbeat implements AutoCloseable {
         Reference.reachabilityFence(scratch);
       }
     } finally {
-      scratch.clear();
+      Slots.give(scratch);
     }
   }
 
@@ -849,7 +849,7 @@ public final class Heartbeat implements AutoCloseable {
     byte[] headers = headerPairs(response);
     int code = response.status();
     boolean timingUnknown = response.timingUnknown();
-    Slots.Scratch scratch = Slots.scratch();
+    Slots.Scratch scratch = Slots.take();
     byte[] raw = response.rawBody();
     int bodyLen = scratch.putBody(raw);
     byte[] body = bodyLen < 0 ? raw : null;
@@ -875,7 +875,7 @@ public final class Heartbeat implements AutoCloseable {
     Objects.requireNonNull(failure, "failure");
     long now = core(nowNanos);
     int code = failureCode(failure);
-    return decide(Slots.scratch(), FAILURE, attemptId, code, now, null, null, -1, false);
+    return decide(Slots.take(), FAILURE, attemptId, code, now, null, null, -1, false);
   }
 
   /**
@@ -888,7 +888,7 @@ public final class Heartbeat implements AutoCloseable {
    */
   public Decision cancel(long nowNanos) {
     long now = core(nowNanos);
-    return decide(Slots.scratch(), CANCEL, 0, 0, now, null, null, -1, false);
+    return decide(Slots.take(), CANCEL, 0, 0, now, null, null, -1, false);
   }
 
   /**

@@ -11,6 +11,8 @@ import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.OptionalLong;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReferenceArray;
 
 /**
  * Decoder of the hot calls' results (layout documented in jvm/native/lib.rs, modules {@code dec},
@@ -98,11 +100,12 @@ final class Slots {
   static final int BUF_LEN = BUF_IN + BUF_IN_CAP;
 
   /**
-   * A thread's buffers for the hot calls (decisions and polls): the native buffer the call reads
-   * the body from and writes its result to (a direct buffer: no JNI call per access; texts and
-   * bodies are copied out of it), the object slots and an action's slots read while decoding.
-   * Nothing keeps them after the call, so one per thread saves allocating them per call. {@link #clear} after
-   * each use drops any object the call left (an error's message, a text too long for the buffer).
+   * The buffers of one hot call (a decision or a poll): the native buffer the call reads the body
+   * from and writes its result to (a direct buffer: no JNI call per access; texts and bodies are
+   * copied out of it), the object slots and an action's slots read while decoding. Nothing keeps
+   * them after the call: a call {@link #take takes} one from a shared pool and {@link #give gives}
+   * it back, which {@link #clear clears} it (drops any object the call left: an error's message, a
+   * text too long for the buffer).
    */
   static final class Scratch {
     final ByteBuffer buf = ByteBuffer.allocateDirect(BUF_LEN).order(ByteOrder.nativeOrder());
@@ -152,10 +155,63 @@ final class Slots {
     }
   }
 
-  private static final ThreadLocal<Scratch> SCRATCH = ThreadLocal.withInitial(Scratch::new);
+  /**
+   * The scratches not in use, shared by all threads: a few slots per core, a thread starting at the
+   * slot its id hashes to. A scratch is only needed during a native call, and a thread in one is on
+   * a core (a virtual thread too: pinned during the call), so the pool holds about as many as
+   * threads ever were inside calls at once. A scratch per thread (a {@code ThreadLocal}) would
+   * instead make every new thread (a virtual thread per task, a short-lived pool thread) allocate
+   * a 4 KiB direct buffer of its own, freed only by the collector. Taking and giving back cost one
+   * atomic operation each.
+   */
+  private static final AtomicReferenceArray<Scratch> FREE =
+      new AtomicReferenceArray<>(
+          Integer.highestOneBit(Math.max(8, 4 * Runtime.getRuntime().availableProcessors()) - 1)
+              << 1);
 
-  static Scratch scratch() {
-    return SCRATCH.get();
+  private static final int PROBES = 4;
+
+  /** Scratches made since the class was loaded (for tests). */
+  private static final AtomicLong MADE = new AtomicLong();
+
+  /** The first pool slot the calling thread tries. */
+  private static int home() {
+    long id = Thread.currentThread().getId();
+    return (int) (id * 0x9E3779B97F4A7C15L >>> 40);
+  }
+
+  /** A scratch for one call: from the pool, or a new one if the pool has none near this thread. */
+  static Scratch take() {
+    int mask = FREE.length() - 1;
+    int h = home();
+    for (int k = 0; k < PROBES; k++) {
+      Scratch s = FREE.getAndSet((h + k) & mask, null);
+      if (s != null) {
+        return s;
+      }
+    }
+    MADE.incrementAndGet();
+    return new Scratch();
+  }
+
+  /**
+   * Gives a scratch back after its call: cleared, then kept in the pool if a slot near this thread
+   * is free (else dropped; the collector frees its buffer).
+   */
+  static void give(Scratch s) {
+    s.clear();
+    int mask = FREE.length() - 1;
+    int h = home();
+    for (int k = 0; k < PROBES; k++) {
+      if (FREE.compareAndSet((h + k) & mask, null, s)) {
+        return;
+      }
+    }
+  }
+
+  /** How many scratches were made so far (for tests). */
+  static long made() {
+    return MADE.get();
   }
 
   /** The adoption's handle slot, after its first decision. */
