@@ -65,8 +65,8 @@ impl<T> Pool<T> {
             .expect("a chunk's layout")
     }
 
-    /// The bookkeeping never panics while the lock is held, but a poisoned
-    /// lock would only mean a panic elsewhere: the state is still whole.
+    /// A poisoned lock only means a refused [`Pool::remove`], which panics
+    /// before it changes anything: the state is still whole.
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -119,18 +119,27 @@ impl<T> Pool<T> {
     /// `p` was returned by [`Pool::insert`] on this pool, was not removed
     /// since, and no reference to the value is alive (nor made after).
     pub(crate) unsafe fn remove(&self, p: NonNull<T>) -> T {
-        // SAFETY: the caller's contract: `p` points to a live value of this
-        // pool that nothing else uses; it is read once and its slot freed.
-        let value = unsafe { p.as_ptr().read() };
         let addr = p.as_ptr() as usize;
         let mut s = self.lock();
+        // What the bookkeeping can tell is not a taken slot (a second remove
+        // while its chunk lives, a pointer into no chunk or between slots)
+        // is refused before anything is read: a panic, which the JNI entry
+        // point catches. The safety contract still holds the caller to it.
         let (&base, mask) = s
             .chunks
             .range_mut(..=addr)
             .next_back()
             .expect("a pointer from this pool");
-        let i = (addr - base) / size_of::<T>();
-        debug_assert!(i < CHUNK && *mask & (1u64 << i) == 0, "a taken slot");
+        let offset = addr - base;
+        let i = offset / size_of::<T>();
+        assert!(
+            offset % size_of::<T>() == 0 && i < CHUNK && *mask & (1u64 << i) == 0,
+            "not a taken slot of this pool"
+        );
+        // SAFETY: the caller's contract: `p` points to the live value in
+        // taken slot i, which nothing else uses; it is read once, here, while
+        // the lock keeps the slot from being taken again.
+        let value = unsafe { p.as_ptr().read() };
         *mask |= 1u64 << i;
         let empty = *mask == ALL_FREE;
         s.with_room.insert(base);
@@ -240,6 +249,29 @@ mod tests {
             unsafe { pool.remove(*p) };
         }
         assert_eq!(pool.chunks(), 2);
+    }
+
+    #[test]
+    fn a_second_remove_is_refused_and_the_pool_stays_usable() {
+        let pool = Pool::<[u64; 8]>::new();
+        let keep = pool.insert([1; 8]);
+        let p = pool.insert([2; 8]);
+        // SAFETY: from insert, removed once.
+        assert_eq!(unsafe { pool.remove(p) }, [2; 8]);
+        let again = std::panic::catch_unwind(|| {
+            // SAFETY: not upheld on purpose: the pool must refuse it.
+            unsafe { pool.remove(p) }
+        });
+        assert!(again.is_err(), "a second remove is refused");
+        let between = NonNull::new((p.as_ptr() as usize + 8) as *mut [u64; 8]).expect("non-null");
+        let stray = std::panic::catch_unwind(|| {
+            // SAFETY: not upheld on purpose: the pool must refuse it.
+            unsafe { pool.remove(between) }
+        });
+        assert!(stray.is_err(), "a pointer between slots is refused");
+        assert_eq!(pool.insert([3; 8]), p, "the freed slot is taken again");
+        // SAFETY: live in the pool, only read here.
+        assert_eq!(unsafe { keep.as_ref() }, &[1; 8]);
     }
 
     #[test]
