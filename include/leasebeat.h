@@ -425,9 +425,17 @@ typedef enum lb_jeopardy_reason {
     LB_JEOPARDY_REASON_PROVEN_UNTIL_REACHED = 1,
     /**
      * `late_beat`: a scheduled beat was still not sent at its due time plus
-     * the safety margin (the driver is overloaded or stalled).
+     * the safety margin (the driver is overloaded or stalled). The first
+     * extension of an adopted reservation is due at once and never late.
      */
     LB_JEOPARDY_REASON_LATE_BEAT = 2,
+    /**
+     * `create_unresolved`: the lease's create was still unresolved (no
+     * success, no stop) when its first attempt's send instant plus the TTL
+     * passed: the server may hold a reservation expiring unseen. Once per
+     * lease.
+     */
+    LB_JEOPARDY_REASON_CREATE_UNRESOLVED = 3,
 } lb_jeopardy_reason;
 
 /**
@@ -1478,7 +1486,7 @@ const char *lb_event_kind_str(int32_t kind);
 
 /**
  * The stable string of a jeopardy reason: `"proven_until_reached"`,
- * `"late_beat"`; `"none"` for `LB_JEOPARDY_REASON_NONE`, `"unknown"` for
+ * `"late_beat"`, `"create_unresolved"`; `"none"` for `LB_JEOPARDY_REASON_NONE`, `"unknown"` for
  * other values. Static; do not free.
  */
 const char *lb_jeopardy_reason_str(int32_t reason);

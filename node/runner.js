@@ -259,6 +259,10 @@ async function runHeartbeat (heartbeat, options) {
       }
       if (action.type === 'await') throw new Error('runHeartbeat: the heartbeat has an attempt in flight that this runner did not send')
       const attempt = action.attempt
+      // A heartbeat that has not decided yet (a create, or the first
+      // extension of an adopted reservation) asks for its first send "at 0",
+      // i.e. at once: not a beat a decision scheduled, so never late (D-15).
+      const scheduled = heartbeat.lastDecision !== null
       // Wait for the due time, early by the measured timer slack.
       while (!done.signal.aborted) {
         if (attempt.dueMs === Infinity) {
@@ -277,7 +281,7 @@ async function runHeartbeat (heartbeat, options) {
       const sentMs = toMs(sent)
       const margin = heartbeat.lastDecision?.numbers.safetyMargin
       const marginMs = typeof margin === 'number' ? margin : 1000
-      if (attempt.keyUse === 'new' && attempt.kind === 'extend' && sentMs - attempt.dueMs > marginMs) {
+      if (scheduled && attempt.keyUse === 'new' && attempt.kind === 'extend' && sentMs - attempt.dueMs > marginMs) {
         report(o.onJeopardy, { event: 'lease_in_jeopardy', cause: 'late_beat', reservationId: heartbeat.reservationId, due: attempt.dueMs, at: sentMs, lateMs: sentMs - attempt.dueMs })
       }
       heartbeat.handleSent(attempt.id, sent)

@@ -1162,6 +1162,7 @@ fn jeopardy_is_reported_before_the_lapse_when_the_timer_stalls() {
                 assert_eq!(reservation_id, reservation);
                 seen.push(format!("jeopardy:{reason}"));
                 match reason {
+                    JeopardyReason::CreateUnresolved => panic!("the create was answered"),
                     JeopardyReason::LateBeat => {
                         assert!(at_ns > due_ns.unwrap());
                     }
@@ -1360,4 +1361,188 @@ fn serve_refuses_oversized_requests() {
     );
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"], "INVALID_REQUEST");
+}
+
+/// Issue 25 (2): the first extension of an adopted reservation
+/// (`Heartbeat::for_reservation`) is due at once, "at 0": the driver sends it
+/// on time and reports no `late_beat` for it (before the fix every adoption
+/// reported one, the driver clock being far past its instant 0).
+#[test]
+fn an_adopted_reservation_s_on_time_first_beat_is_not_late() {
+    let serve = Serve::start(&[]);
+    let (_, r) = raw(
+        &serve.url,
+        "/v1/reservations",
+        &[("X-Cycles-API-Key", KEY), ("X-Idempotency-Key", "adopt-1")],
+        r#"{"idempotency_key":"adopt-1","subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"estimate":{"unit":"TOKENS","amount":1},"ttl_ms":4000}"#,
+    );
+    let id = r["reservation_id"].as_str().expect("created").to_owned();
+    let (driver, events) = Driver::new(DriverConfig::new(&serve.url, ApiKey::new(KEY))).unwrap();
+    let hb = leasebeat::Heartbeat::for_reservation(config(4_000, 500), &id).unwrap();
+    let lease = driver.start_heartbeat(hb).unwrap();
+    let run = drive(&driver, &events, lease, Some(2));
+    driver.shutdown();
+    assert_eq!(run.stop, Some(StopReason::Cancelled));
+    assert_eq!(run.extensions, 2);
+    let jeopardy: Vec<String> = run
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Jeopardy { reason, .. } => Some(reason.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(jeopardy.is_empty(), "false jeopardy: {jeopardy:?}");
+    check_log(&serve, &id);
+    assert_no_lapse(&serve);
+}
+
+/// Issue 25 (1): the same-key retry of a timed-out create is not new work:
+/// it goes ahead of the creates queued behind it (the contract's one
+/// immediate retry), or a reservation the server already made expires there
+/// while its retry waits. Two workers, one lease whose create is answered
+/// past its budget, then twenty more leases whose creates the server holds
+/// 300 ms each: the retry reaches the server among the first few creates,
+/// not after the twenty.
+#[test]
+fn a_create_retry_goes_ahead_of_queued_creates() {
+    let serve = Serve::start(&[
+        "--fault",
+        "create:1=delay=1500",
+        "--fault",
+        "create:2-=hold=300",
+    ]);
+    let mut dc = DriverConfig::new(&serve.url, ApiKey::new(KEY));
+    dc.max_workers = 2;
+    let (driver, events) = Driver::new(dc).unwrap();
+    let first = driver.start(config(3_000, 1_000)).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let others: Vec<LeaseHandle> = (0..20)
+        .map(|_| driver.start(config(3_000, 1_000)).unwrap())
+        .collect();
+    // Until the first lease's create has been retried and every other lease
+    // created (or stopped).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut first_key: Option<String> = None;
+    let mut retried = false;
+    let mut settled = std::collections::HashSet::new();
+    while !(retried && settled.len() == others.len()) {
+        assert!(Instant::now() < deadline, "timed out");
+        let Ok(event) = events.recv_timeout(Duration::from_millis(100)) else {
+            continue;
+        };
+        match event {
+            Event::Decision {
+                lease,
+                attempt: Some(a),
+                decision,
+                ..
+            } if a.kind == leasebeat::AttemptKind::Create => {
+                if lease == first {
+                    if a.key_use == KeyUse::New {
+                        first_key = Some(a.key.clone());
+                    } else {
+                        retried = true;
+                    }
+                } else if decision.outcome == OutcomeClass::Success
+                    || decision.stop_reason().is_some()
+                {
+                    settled.insert(lease);
+                }
+            }
+            Event::Stopped { lease, .. } if lease != first => {
+                settled.insert(lease);
+            }
+            Event::Error { error, .. } => panic!("{error}"),
+            _ => {}
+        }
+    }
+    driver.shutdown();
+    let key = first_key.expect("the first create was decided");
+    let creates = serve.requests("create", None);
+    assert_eq!(creates.len(), 22, "20 creates, one create and its retry");
+    let position = creates
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["header_key"].as_str() == Some(key.as_str()))
+        .map(|(i, _)| i)
+        .nth(1)
+        .expect("the retry reached the server");
+    assert!(
+        position < 8,
+        "the retry was create request {} of {}: queued behind new creates",
+        position + 1,
+        creates.len()
+    );
+}
+
+/// Issue 25 (1): a lease whose create is still unresolved when its first
+/// attempt's send instant plus the TTL (less the safety margin) has passed
+/// reports `create_unresolved` before the server's reservation expires:
+/// here the create is applied but answered past its budget and the retry is
+/// held past its own, so the client never learns of the reservation.
+#[test]
+fn an_unresolved_create_reports_jeopardy_before_the_server_expiry() {
+    let serve = Serve::start(&[
+        "--fault",
+        "create:1=delay=2500",
+        "--fault",
+        "create:2=hold=5000",
+    ]);
+    let (driver, events) = Driver::new(DriverConfig::new(&serve.url, ApiKey::new(KEY))).unwrap();
+    let lease = driver.start(config(3_000, 1_500)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    let mut lapsed_at_jeopardy = None;
+    let reason = loop {
+        assert!(Instant::now() < deadline, "no stop: {seen:?}");
+        let Ok(event) = events.recv_timeout(Duration::from_millis(50)) else {
+            continue;
+        };
+        assert_eq!(event.lease(), lease);
+        match event {
+            Event::Decision { decision, .. } => {
+                seen.push(format!("decision:{}", decision.outcome.as_str()));
+            }
+            Event::Jeopardy {
+                reason,
+                reservation_id,
+                ..
+            } => {
+                assert_eq!(reservation_id, None);
+                seen.push(format!("jeopardy:{reason}"));
+                let lines = serve.lines.lock().unwrap();
+                lapsed_at_jeopardy = Some(lines.iter().any(|l| l.starts_with("LAPSE")));
+            }
+            Event::Stopped { reason, .. } => break reason,
+            Event::Error { error, .. } => panic!("{error}"),
+        }
+    };
+    driver.shutdown();
+    assert_eq!(reason, StopReason::CreateFailed);
+    assert_eq!(
+        seen,
+        [
+            "decision:transport_failure",
+            "jeopardy:create_unresolved",
+            "decision:transport_failure",
+        ]
+    );
+    assert_eq!(
+        lapsed_at_jeopardy,
+        Some(false),
+        "jeopardy came after the lapse"
+    );
+    // The server did hold a reservation, and it lapsed: the report was real.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !serve
+        .lines
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.starts_with("LAPSE"))
+    {
+        assert!(Instant::now() < until, "the server reported no lapse");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -88,8 +88,14 @@ pub enum lb_jeopardy_reason {
     /// first success, once, with `proven_until_ns` 0.
     ProvenUntilReached = 1,
     /// `late_beat`: a scheduled beat was still not sent at its due time plus
-    /// the safety margin (the driver is overloaded or stalled).
+    /// the safety margin (the driver is overloaded or stalled). The first
+    /// extension of an adopted reservation is due at once and never late.
     LateBeat = 2,
+    /// `create_unresolved`: the lease's create was still unresolved (no
+    /// success, no stop) when its first attempt's send instant plus the TTL
+    /// passed: the server may hold a reservation expiring unseen. Once per
+    /// lease.
+    CreateUnresolved = 3,
 }
 
 impl lb_jeopardy_reason {
@@ -97,6 +103,7 @@ impl lb_jeopardy_reason {
         match r {
             JeopardyReason::ProvenUntilReached => lb_jeopardy_reason::ProvenUntilReached,
             JeopardyReason::LateBeat => lb_jeopardy_reason::LateBeat,
+            JeopardyReason::CreateUnresolved => lb_jeopardy_reason::CreateUnresolved,
         }
     }
 }
@@ -881,7 +888,7 @@ pub extern "C" fn lb_event_kind_str(kind: i32) -> *const c_char {
 }
 
 /// The stable string of a jeopardy reason: `"proven_until_reached"`,
-/// `"late_beat"`; `"none"` for `LB_JEOPARDY_REASON_NONE`, `"unknown"` for
+/// `"late_beat"`, `"create_unresolved"`; `"none"` for `LB_JEOPARDY_REASON_NONE`, `"unknown"` for
 /// other values. Static; do not free.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_jeopardy_reason_str(reason: i32) -> *const c_char {
@@ -890,6 +897,7 @@ pub extern "C" fn lb_jeopardy_reason_str(reason: i32) -> *const c_char {
             0 => &b"none\0"[..],
             1 => b"proven_until_reached\0",
             2 => b"late_beat\0",
+            3 => b"create_unresolved\0",
             _ => b"unknown\0",
         },
         b"unknown\0",

@@ -381,6 +381,40 @@ describe('runHeartbeat on the fallback path (D-15)', () => {
       await server.close()
     }
   })
+  test('an adopted reservation (forReservation): its on-time first beat is not late', async () => {
+    // Its first extension is due "at 0", i.e. at once. Before the fix the
+    // runner read 0 as an instant of performance.now() and reported
+    // late_beat once the process was older than the safety margin (1 s).
+    while (performance.now() < 2500) await sleep(100)
+    const server = await startServer(['--max-lead-ms', '4000'])
+    try {
+      const createKey = randomUUID()
+      const res = await fetch(`${server.url}/v1/reservations`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-cycles-api-key': API_KEY, 'x-idempotency-key': createKey },
+        body: createBody(createKey, 4000)
+      })
+      assert.equal(res.status, 200)
+      const { reservation_id: id } = await res.json()
+      const hb = Heartbeat.forReservation(id, { ttlMs: 4000, requestTimeoutMs: 1000 })
+      const ac = new AbortController()
+      const jeopardy = []
+      let successes = 0
+      await runHeartbeat(hb, {
+        baseUrl: server.url,
+        apiKey: API_KEY,
+        signal: ac.signal,
+        finalize: 'release',
+        onDecision: (d) => { if (d.outcome === 'success' && ++successes >= 2) ac.abort() },
+        onJeopardy: (e) => jeopardy.push(e)
+      })
+      assert.equal(successes, 2)
+      assert.deepEqual(jeopardy, [])
+      assert.deepEqual(server.lapses(), [])
+    } finally {
+      await server.close()
+    }
+  })
 })
 
 describe('runHeartbeat without a server', () => {

@@ -458,3 +458,43 @@ def test_fallback_reports_jeopardy_at_once_asyncio(serve: Any) -> None:
 
     asyncio.run(main())
     check_fallback_jeopardy(c)
+
+
+def _adopted(server: Any) -> Heartbeat:
+    """A heartbeat for a reservation made outside the runner (issue 25, 2)."""
+    _key, _request_body, status, _headers, body = server.create(TTL)
+    assert status == 200
+    return Heartbeat.for_reservation(json.loads(body)["reservation_id"], TTL, TIMEOUT)
+
+
+def test_adopted_reservation_first_beat_is_not_late_thread(serve: Any) -> None:
+    # Its first extension is due "at 0", i.e. at once: sent on time, it is
+    # no late beat (before the fix every adoption reported late_beat).
+    server = serve("--max-lead-ms", str(TTL))
+    c = Collector()
+    r = leasebeat.run(_adopted(server), UrllibTransport(server.url, server.api_key), listener=c, release_on_stop=True)
+    c.wait_for(lambda c: c.successes() >= 2 or bool(c.stops))
+    finish(r)
+    assert c.successes() >= 2, c.decisions
+    assert c.jeopardy == [], c.jeopardy
+    assert server.lapses() == []
+
+
+def test_adopted_reservation_first_beat_is_not_late_asyncio(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL))
+    c = Collector()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(
+            leasebeat.aio.run(_adopted(server), AsyncUrllibTransport(server.url, server.api_key), listener=c, release_on_stop=True)
+        )
+        while c.successes() < 2 and not task.done():
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert c.successes() >= 2, c.decisions
+    assert c.jeopardy == [], c.jeopardy
+    assert server.lapses() == []

@@ -361,6 +361,7 @@ static void test_driver_refusals(void) {
     CHECK(strcmp(lb_event_kind_str(LB_EVENT_KIND_JEOPARDY), "lease_in_jeopardy") == 0);
     CHECK(strcmp(lb_jeopardy_reason_str(LB_JEOPARDY_REASON_PROVEN_UNTIL_REACHED), "proven_until_reached") == 0);
     CHECK(strcmp(lb_jeopardy_reason_str(LB_JEOPARDY_REASON_LATE_BEAT), "late_beat") == 0);
+    CHECK(strcmp(lb_jeopardy_reason_str(LB_JEOPARDY_REASON_CREATE_UNRESOLVED), "create_unresolved") == 0);
     CHECK(strcmp(lb_jeopardy_reason_str(LB_JEOPARDY_REASON_NONE), "none") == 0);
     CHECK(strcmp(lb_jeopardy_reason_str(99), "unknown") == 0);
     EXPECT(lb_driver_hold_sends_for_testing(NULL, true), LB_STATUS_NULL_ARGUMENT);
@@ -544,6 +545,13 @@ static void test_driver_live(const char *url) {
         CHECK(x->info.kind != LB_EVENT_KIND_ERROR);
     }
     CHECK(cancelled_decisions >= 2); /* a's, and b's unless it stopped by itself */
+    /* b adopted an existing reservation: its first extension is due at once
+       and went out on time, so no jeopardy (issue 25: every adoption used to
+       report late_beat). */
+    for (size_t k = 0; k < r.count; k++) {
+        const rec *x = &r.items[k];
+        CHECK(!(x->info.lease_id == b && x->info.kind == LB_EVENT_KIND_JEOPARDY));
+    }
     recorder_free(&r);
 
     /* Release and commit on a fresh driver and reservation. */

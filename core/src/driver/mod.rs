@@ -83,7 +83,12 @@
 //! fallback path, which proves nothing, right after its first success) and the
 //! moment its scheduled beat is later than due by more than the safety
 //! margin (`late_beat`): no lease lapses on the server without a stop or a
-//! jeopardy event first.
+//! jeopardy event first. The same-key retry of a create that failed or
+//! timed out is a beat of a lease the server may already hold: it goes
+//! with the due beats, ahead of queued creates (the contract's one
+//! *immediate* retry), and a lease whose create is still unresolved when
+//! its first attempt's send instant plus the TTL has passed reports
+//! `create_unresolved`.
 //!
 //! ## Stopping
 //!
@@ -304,16 +309,26 @@ pub enum JeopardyReason {
     /// as if its `proven_until` were 0.
     ProvenUntilReached,
     /// A scheduled beat was still not sent at its due time plus the safety
-    /// margin (the driver is overloaded or was stalled).
+    /// margin (the driver is overloaded or was stalled). Only a beat whose
+    /// due time a decision set counts: the first extension of an adopted
+    /// reservation ([`crate::Heartbeat::for_reservation`]) is due at once
+    /// and is never late.
     LateBeat,
+    /// The lease's create is still unresolved (no success and no stop) a
+    /// safety margin (1 s) before its first attempt's send instant plus the
+    /// requested TTL: the server may hold a reservation the client has not
+    /// seen, expiring unseen. Reported once per lease, with no reservation
+    /// id (none is known).
+    CreateUnresolved,
 }
 
 impl JeopardyReason {
-    /// `"proven_until_reached"` or `"late_beat"`.
+    /// `"proven_until_reached"`, `"late_beat"` or `"create_unresolved"`.
     pub fn as_str(self) -> &'static str {
         match self {
             JeopardyReason::ProvenUntilReached => "proven_until_reached",
             JeopardyReason::LateBeat => "late_beat",
+            JeopardyReason::CreateUnresolved => "create_unresolved",
         }
     }
 }

@@ -9,14 +9,18 @@
 //! * the **watch heap** holds the jeopardy checks (D-15), keyed by the exact
 //!   instant they apply: `proven_until` of the last primary success (0,
 //!   i.e. at once, for a fallback decision after the first success: the
-//!   fallback path proves nothing), and `due + safety_margin` of the
-//!   scheduled beat (a beat not sent by then is late).
+//!   fallback path proves nothing), `due + safety_margin` of the
+//!   scheduled beat (a beat not sent by then is late), and the first create
+//!   attempt's send instant plus the TTL (a create still unresolved then
+//!   may have left a reservation on the server that is expiring unseen).
 //!
 //! Every entry carries a generation number; an entry whose generation no
 //! longer matches its lease's (a newer decision, a stop) is dropped when it
-//! surfaces. Creates wait in a FIFO and are sent only while fewer than
+//! surfaces. New creates wait in a FIFO and are sent only while fewer than
 //! `max_workers` attempts are outstanding, after every due beat: when the
 //! driver is behind, it sheds new work (creates), never beats of live leases.
+//! The same-key retry of a failed create is not new work (the server may
+//! hold its reservation already): it goes into the beat heap like any beat.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -31,7 +35,7 @@ use super::{
     PendingCreate, Start, clock, http,
 };
 use crate::{
-    Action, AttemptKind, Decision, ErrorKind, Heartbeat, Next, Num, OutcomeClass, Response,
+    Action, AttemptKind, Decision, ErrorKind, Heartbeat, KeyUse, Next, Num, OutcomeClass, Response,
     TransportFailure,
 };
 
@@ -254,6 +258,9 @@ enum Watch {
     Proven,
     /// The scheduled beat is later than due + safety margin.
     Late,
+    /// The first create attempt's send instant plus the TTL: the create is
+    /// still unresolved (no success, no stop).
+    Create,
 }
 
 /// (time ns, lease, generation)
@@ -487,7 +494,17 @@ impl Timer {
     /// turn came).
     fn install(&mut self, lease: LeaseHandle, base: BaseUrl, hb: Heartbeat, queue: bool) {
         tracing::debug!(target: "leasebeat::driver", %lease, "start");
-        let due_ns = hb.poll_timeout().unwrap_or(0);
+        // A heartbeat that has not decided yet (a create, or the first
+        // extension of an adopted reservation) asks for its first send "at
+        // 0", i.e. at once: that is now on the driver's clock, not its
+        // instant 0, or an on-time first beat would look late (a false
+        // `late_beat`) and inflate the timer slack.
+        // `None`: +infinity (a decided heartbeat whose next send never
+        // falls due).
+        let due_ns = match hb.last_decision() {
+            Some(_) => hb.poll_timeout(),
+            None => Some(clock::now_ns().max(hb.last_event_ns())),
+        };
         let kind = match hb.poll_action() {
             Action::Send(a) => a.kind,
             _ => AttemptKind::Create,
@@ -498,7 +515,7 @@ impl Timer {
             .last_decision()
             .filter(|d| d.stop_reason().is_none())
             .map(|d| (d.outcome == OutcomeClass::Success, d.proven_until_ns));
-        let mut slot = Box::new(Slot::new(base, hb, due_ns));
+        let mut slot = Box::new(Slot::new(base, hb, due_ns.unwrap_or(u64::MAX)));
         let armed = seed.and_then(|(success, proven)| slot.rearm_proven(success, proven));
         self.leases.insert(lease, slot);
         if let Some((at, _)) = armed {
@@ -506,9 +523,9 @@ impl Timer {
         }
         let early_ok = seed.is_some_and(|(success, _)| success);
         if queue {
-            self.schedule_send(lease, kind, Some(due_ns), early_ok);
+            self.schedule_send(lease, kind, due_ns, early_ok);
         } else {
-            self.arm_send(lease, Some(due_ns), early_ok);
+            self.arm_send(lease, due_ns, early_ok);
         }
     }
 
@@ -696,6 +713,14 @@ impl Timer {
                 slot.late_reported = true;
                 JeopardyReason::LateBeat
             }
+            Watch::Create => {
+                // Resolved: a success proved the lease (a stop removed the
+                // slot, so the lookup above already returned).
+                if slot.succeeded {
+                    return;
+                }
+                JeopardyReason::CreateUnresolved
+            }
         };
         self.jeopardy(lease, reason, now);
     }
@@ -755,7 +780,10 @@ impl Timer {
         };
         let delay = (attempt.kind == AttemptKind::Extend && due_ns != u64::MAX && !self.hold)
             .then(|| now.saturating_sub(meant));
+        // Only a beat a decision scheduled can be late (D-15); the first
+        // extension of an adopted reservation is due at once.
         let late = attempt.kind == AttemptKind::Extend
+            && slot.hb.last_decision().is_some()
             && !slot.late_reported
             && now > due_ns.saturating_add(ms_to_ns(slot.margin_ms));
         if late {
@@ -770,6 +798,19 @@ impl Timer {
         }
         if late {
             self.jeopardy(lease, JeopardyReason::LateBeat, now);
+        }
+        if attempt.kind == AttemptKind::Create && attempt.key_use == KeyUse::New {
+            // The server may create the reservation at any instant from now
+            // on, and it expires no earlier than now + TTL (unless the server
+            // grants less). If nothing has resolved the create a safety
+            // margin before that, it may be expiring there unseen: reported
+            // then, so the report comes before the expiry, not at it.
+            let slot = &self.leases[&lease];
+            let ttl_ns = ms_to_ns(slot.hb.config().ttl_ms);
+            let at = now.saturating_add(ttl_ns.saturating_sub(ms_to_ns(slot.margin_ms)));
+            if at != u64::MAX {
+                self.watches.push(Reverse((at, Watch::Create, lease.0, 0)));
+            }
         }
         let slot = self.leases.get_mut(&lease).expect("still present");
         let enforce_ms = budget_ms - super::detection_slack_ms(budget_ms);
@@ -926,7 +967,22 @@ impl Timer {
             }
             if let Next::Send(kind) = decision.next {
                 let early_ok = decision.outcome == OutcomeClass::Success;
-                self.schedule_send(lease, kind, decision.at_ns, early_ok);
+                match kind {
+                    // A create asked for by a decision is the same-key retry
+                    // of a failed create: the server may already hold its
+                    // reservation, so it is not new work to queue behind
+                    // other creates but a beat, sent at its due time.
+                    AttemptKind::Create => {
+                        if let Some((at, generation)) =
+                            self.arm_send(lease, decision.at_ns, early_ok)
+                        {
+                            self.beats.push(Reverse((at, lease.0, generation)));
+                        }
+                    }
+                    AttemptKind::Extend => {
+                        self.schedule_send(lease, kind, decision.at_ns, early_ok)
+                    }
+                }
             }
         }
         let _ = self.events.send(Event::Decision {

@@ -246,7 +246,10 @@ class _Jeopardy:
             )
 
     def late(self, hb: Heartbeat, now_ns: int, due_ns: int) -> None:
-        if hb.reservation_id is None:
+        # Only a beat whose due time a decision set can be late (D-15): a
+        # create, or the first extension of an adopted reservation, is due
+        # at once.
+        if hb.reservation_id is None or hb.last_decision is None:
             return
         if now_ns - due_ns > safety_margin_ns(hb):
             d = hb.last_decision
@@ -267,6 +270,17 @@ def wake_target(hb: Heartbeat, jeop: _Jeopardy, slack: _Slack, due: int | None) 
     fire = None if due is None else due - slack.ns
     target = fire if pu is None else (pu if fire is None else min(fire, pu))
     return target, fire
+
+
+def due_of(hb: Heartbeat, due_ns: int | None) -> int | None:
+    """The due time of the next send on this runner's clock. A heartbeat
+    that has not decided yet (a create, or the first extension of an adopted
+    reservation) asks for it "at 0", i.e. at once: that is now, not instant 0
+    of the monotonic clock (which would make an on-time beat look late and
+    inflate the timer slack)."""
+    if hb.last_decision is None:
+        return time.monotonic_ns()
+    return due_ns
 
 
 def on_wake(
@@ -368,7 +382,7 @@ class Runner:
                     break
                 attempt = action.attempt
                 assert attempt is not None
-                due = action.due_ns
+                due = due_of(hb, action.due_ns)
                 # Wait for the due time (early by the timer slack), waking at
                 # proven_until to report jeopardy at once.
                 while True:

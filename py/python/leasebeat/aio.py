@@ -27,6 +27,7 @@ from ._runner import (
     _Slack,
     attempt_deadline_ns,
     call_listener,
+    due_of,
     finalize_request,
     log,
     on_wake,
@@ -83,7 +84,7 @@ async def run(
                 break
             attempt = action.attempt
             assert attempt is not None
-            due = action.due_ns
+            due = due_of(hb, action.due_ns)
             while True:
                 target, fire = wake_target(hb, jeop, slack, due)
                 await _sleep_until(target)

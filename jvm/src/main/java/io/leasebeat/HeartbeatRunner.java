@@ -515,7 +515,9 @@ public final class HeartbeatRunner implements AutoCloseable {
         last == null
             ? 1_000_000_000L
             : last.numbers().safetyMargin().filter(Num::isFinite).map(m -> m.value().longValue() * 1_000_000L).orElse(1_000_000_000L);
-    if (late > marginNs) {
+    // Only a beat a decision scheduled can be late (D-15): a create, or the first extension of an
+    // adopted reservation, is due at once ("at 0", not an instant of System.nanoTime()).
+    if (last != null && attempt.kind() == AttemptKind.EXTEND && late > marginNs) {
       report(
           new Jeopardy(
               Jeopardy.Kind.BEAT_LATE,

@@ -160,6 +160,44 @@ class RunnerServerTest {
     return rec;
   }
 
+  /**
+   * Issue 25 (2): an adopted reservation's first extension is due at once ("at 0"), not at an
+   * instant of {@code System.nanoTime()}: sent on time, it is no late beat, even when the runner
+   * starts well after the heartbeat was built (before the fix: BEAT_LATE on every such adoption).
+   */
+  @Test
+  void adoptedReservationFirstBeatIsNotLate() throws Exception {
+    try (ServeProcess serve = ServeProcess.start()) {
+      java.net.http.HttpClient client =
+          java.net.http.HttpClient.newBuilder().version(java.net.http.HttpClient.Version.HTTP_1_1).build();
+      String createKey = "sdk-" + java.util.UUID.randomUUID();
+      byte[] createBody =
+          ("{\"idempotency_key\":\"" + createKey + "\",\"ttl_ms\":4000," + CREATE.substring(1))
+              .getBytes(java.nio.charset.StandardCharsets.UTF_8);
+      java.net.http.HttpResponse<byte[]> created =
+          AdoptServerTest.post(client, serve.base.resolve("/v1/reservations"), createKey, createBody);
+      assertEquals(200, created.statusCode());
+      String id = VectorReplay.MAPPER.readTree(created.body()).get("reservation_id").textValue();
+      Recorder rec = new Recorder();
+      try (Heartbeat hb =
+              Heartbeat.builder().ttlMillis(4_000).requestTimeoutMillis(1_000).reservationId(id).build();
+          HeartbeatRunner runner =
+              HeartbeatRunner.builder(hb, new HttpClientTransport(serve.base, "test-key"))
+                  .listener(rec)
+                  .releaseOnStop(true)
+                  .build()) {
+        Thread.sleep(1_500); // the runner starts well after the heartbeat was built
+        CompletableFuture<Decision> result = runner.start();
+        waitUntil("2 successes", () -> rec.successes() >= 2 || result.isDone(), Duration.ofSeconds(60));
+        Decision stop = runner.stop().get(30, TimeUnit.SECONDS);
+        assertEquals(StopReason.CANCELLED, stop.stopReason().orElseThrow(), () -> stop.toJson());
+      }
+      assertTrue(rec.successes() >= 2);
+      assertEquals(List.of(), rec.jeopardies, "no jeopardy for on-time beats");
+      checkLog(serve, true);
+    }
+  }
+
   @Test
   void normalLease() throws Exception {
     try (ServeProcess serve = ServeProcess.start()) {
