@@ -61,6 +61,11 @@ enum Command {
         /// Omit remaining_ttl_ms from responses (an older server).
         #[arg(long)]
         omit_remaining: bool,
+        /// Grace (ms) after expiry during which commit and release are still
+        /// accepted, for a create that gives no grace_period_ms (the protocol's
+        /// default, and the real server's, is 5000). Extensions get no grace.
+        #[arg(long, default_value_t = serve::DEFAULT_GRACE_MS)]
+        grace_ms: u64,
         #[arg(long = "fault", value_name = "RULE", long_help = serve::FAULT_HELP)]
         /// Inject a fault (see --help for the grammar).
         faults: Vec<String>,
@@ -216,6 +221,7 @@ fn main() -> ExitCode {
             initial_ttl_cap_ms,
             max_extensions,
             omit_remaining,
+            grace_ms,
             faults,
             seed,
             log,
@@ -244,6 +250,7 @@ fn main() -> ExitCode {
                     max_lead_ms,
                     max_extensions,
                     omit_remaining,
+                    grace_ms,
                 },
                 faults,
                 seed,

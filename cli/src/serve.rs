@@ -1,5 +1,5 @@
-//! `leasebeat serve`: a reference Cycles server for create, extend, commit
-//! and release, wrapping [`leasebeat::sim::SimServer`] behind one lock, with
+//! `leasebeat serve`: a reference Cycles server for create, extend, commit,
+//! release and events (`POST /v1/events`), wrapping [`leasebeat::sim::SimServer`] behind one lock, with
 //! policy regimes, injectable faults, a JSON-lines request log and lapse
 //! detection. All protocol behaviour (validation, idempotency, response
 //! bodies, status codes) lives in `SimServer`; this module only routes,
@@ -44,13 +44,18 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use leasebeat::sim::{Policy, SimResponse, SimServer};
 use serde_json::{Value, json};
 
+/// The grace after expiry during which commit and release are accepted when
+/// a create gives no `grace_period_ms` (the protocol's default; the real
+/// Cycles server's too).
+pub const DEFAULT_GRACE_MS: u64 = 5_000;
+
 /// The default epoch the server clock is mapped onto.
 pub const DEFAULT_EPOCH_MS: u64 = 1_700_000_000_000;
 
 /// The `--fault` grammar, shown in `leasebeat serve --help`.
 pub const FAULT_HELP: &str = "\
 Inject a fault: ENDPOINT:WHEN=ACTION[,ACTION...] (repeatable; the first matching rule wins).
-  ENDPOINT  create | extend | commit | release | any
+  ENDPOINT  create | extend | commit | release | events | any
   WHEN      N (the N-th call to that endpoint, counted from 1 over the whole server,
             retries included) | N-M | N- (N and later) | * (every call) |
             pP (each call with probability P, e.g. p0.2, drawn from --seed)
@@ -62,9 +67,11 @@ Inject a fault: ENDPOINT:WHEN=ACTION[,ACTION...] (repeatable; the first matching
             delay=MS          process (apply) the request, then wait MS before answering
             drop              process (apply) the request, then close the connection unanswered
             drop-before       close the connection unanswered without applying the request
-            malformed         process (apply) the request, then answer 200 with a truncated body
+            malformed         process (apply) the request, then answer its 2xx with a truncated body
+                              (a non-conformant success)
 Examples: --fault extend:3=503  --fault extend:2-3=503  --fault extend:2=429,retry-after=1
-          --fault extend:2=drop  --fault extend:2=delay=1500  --fault extend:p0.3=503 --seed 7";
+          --fault extend:2=drop  --fault extend:2=delay=1500  --fault extend:p0.3=503 --seed 7
+          --fault commit:1=drop  --fault commit:1=410:RESERVATION_EXPIRED  --fault events:1=503";
 
 /// Which endpoint a request addressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,6 +84,8 @@ pub enum Endpoint {
     Commit,
     /// `POST /v1/reservations/{id}/release`
     Release,
+    /// `POST /v1/events`
+    Events,
 }
 
 impl Endpoint {
@@ -87,6 +96,7 @@ impl Endpoint {
             Endpoint::Extend => "extend",
             Endpoint::Commit => "commit",
             Endpoint::Release => "release",
+            Endpoint::Events => "events",
         }
     }
 }
@@ -125,6 +135,7 @@ impl FaultRule {
             "extend" => Some(Endpoint::Extend),
             "commit" => Some(Endpoint::Commit),
             "release" => Some(Endpoint::Release),
+            "events" => Some(Endpoint::Events),
             "any" => None,
             _ => {
                 return Err(bad(
@@ -261,7 +272,10 @@ impl Default for ServeOptions {
     fn default() -> ServeOptions {
         ServeOptions {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-            policy: Policy::additive(),
+            policy: Policy {
+                grace_ms: DEFAULT_GRACE_MS,
+                ..Policy::additive()
+            },
             faults: Vec::new(),
             seed: 1,
             log: None,
@@ -688,6 +702,9 @@ fn route(path: &str) -> Option<(Endpoint, Option<String>)> {
     if path == "/v1/reservations" {
         return Some((Endpoint::Create, None));
     }
+    if path == "/v1/events" {
+        return Some((Endpoint::Events, None));
+    }
     let rest = path.strip_prefix("/v1/reservations/")?;
     let (id, verb) = rest.split_once('/')?;
     let endpoint = match verb {
@@ -910,7 +927,7 @@ async fn respond(
         None => apply(s, req, endpoint, id.as_deref().unwrap_or_default()),
     };
     if let Some(f) = fault {
-        if f.malformed && response.status == 200 {
+        if f.malformed && (200..300).contains(&response.status) {
             let cut = response.body.len() / 2;
             response.body.truncate(cut);
         }
@@ -934,6 +951,7 @@ fn apply(s: &Shared, req: &HttpRequest, endpoint: Endpoint, id: &str) -> SimResp
         Endpoint::Extend => st.sim.extend(now, id, header_key, &req.body),
         Endpoint::Commit => st.sim.commit(now, id, header_key, &req.body),
         Endpoint::Release => st.sim.release(now, id, header_key, &req.body),
+        Endpoint::Events => st.sim.event(now, header_key, &req.body),
     }
 }
 

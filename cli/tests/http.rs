@@ -1083,8 +1083,8 @@ fn commit_and_release_answer_the_protocol_bodies() {
     );
     let (st, r) = raw(u, "/v1/reservations/nope/commit", &[auth], body);
     assert_eq!((st, r["error"].as_str()), (404, Some("NOT_FOUND")));
-    // An expired reservation: 410.
-    let short = r#"{"idempotency_key":"c2","ttl_ms":1000,"subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"estimate":{"unit":"TOKENS","amount":10}}"#;
+    // An expired reservation past its grace (none asked here): 410.
+    let short = r#"{"idempotency_key":"c2","ttl_ms":1000,"grace_period_ms":0,"subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"estimate":{"unit":"TOKENS","amount":10}}"#;
     let (_, r) = raw(u, "/v1/reservations", &[auth], short);
     let id2 = r["reservation_id"].as_str().unwrap().to_owned();
     let until = Instant::now() + Duration::from_secs(10);
@@ -1545,4 +1545,107 @@ fn an_unresolved_create_reports_jeopardy_before_the_server_expiry() {
         assert!(Instant::now() < until, "the server reported no lapse");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Issue 26 (5): `POST /v1/events` (201 + EventCreateResponse, idempotent),
+/// commit and release within the grace after expiry (5 s by default, as
+/// the real server), and the settlement faults on commit and events, each
+/// visible in the request log with endpoint, key and outcome.
+#[test]
+fn events_grace_and_settlement_faults() {
+    let serve = Serve::start(&[
+        "--fault",
+        "events:1=drop",
+        "--fault",
+        "events:3=429,retry-after=2",
+        "--fault",
+        "events:4=malformed",
+        "--fault",
+        "commit:1=410:RESERVATION_EXPIRED",
+    ]);
+    let u = &serve.url;
+    let auth = ("X-Cycles-API-Key", KEY);
+    let event = r#"{"idempotency_key":"ev-1","subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"actual":{"unit":"TOKENS","amount":7},"metrics":{"latency_ms":3}}"#;
+    let with_key = [auth, ("X-Idempotency-Key", "ev-1")];
+    // 1: applied, then the connection dropped (the response is lost).
+    let addr = u.strip_prefix("http://").unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    let req = format!(
+        "POST /v1/events HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nX-Cycles-API-Key: {KEY}\r\nX-Idempotency-Key: ev-1\r\nContent-Length: {}\r\n\r\n{event}",
+        event.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert_eq!(out, "", "dropped unanswered");
+    // 2: the same key replays the applied event.
+    let (st, r) = raw(u, "/v1/events", &with_key, event);
+    assert_eq!(
+        (st, r),
+        (201, json!({"status": "APPLIED", "event_id": "evt-1"}))
+    );
+    // 3: throttled with a delta-seconds Retry-After; 4: a non-conformant 201.
+    let (st, r) = raw(u, "/v1/events", &with_key, event);
+    assert_eq!((st, r["error"].as_str()), (429, Some("LIMIT_EXCEEDED")));
+    let bytes = raw_bytes(u, "/v1/events", event);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    assert!(text.starts_with("HTTP/1.1 201"), "{text}");
+    assert!(serde_json::from_str::<Value>(text.split("\r\n\r\n").nth(1).unwrap()).is_err());
+    // Another request under the same key: 409.
+    let other = event.replace("\"amount\":7", "\"amount\":8");
+    let (st, r) = raw(u, "/v1/events", &with_key, &other);
+    assert_eq!(
+        (st, r["error"].as_str()),
+        (409, Some("IDEMPOTENCY_MISMATCH"))
+    );
+    let (st, r) = raw(u, "/v1/events", &[auth], r#"{"idempotency_key":"ev-2"}"#);
+    assert_eq!((st, r["error"].as_str()), (400, Some("INVALID_REQUEST")));
+    // Commit 1 is answered 410 by the fault; within the grace after a real
+    // expiry a commit is accepted; past it, 410.
+    let create = r#"{"idempotency_key":"c1","ttl_ms":1000,"subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"estimate":{"unit":"TOKENS","amount":10}}"#;
+    let (_, r) = raw(u, "/v1/reservations", &[auth], create);
+    let id = r["reservation_id"].as_str().unwrap().to_owned();
+    let commit = format!("/v1/reservations/{id}/commit");
+    let body = r#"{"idempotency_key":"k1","actual":{"unit":"TOKENS","amount":4}}"#;
+    let (st, r) = raw(u, &commit, &[auth], body);
+    assert_eq!(
+        (st, r["error"].as_str()),
+        (410, Some("RESERVATION_EXPIRED"))
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    while serve.lapses().is_empty() {
+        assert!(Instant::now() < until, "no lapse");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (st, r) = raw(u, &commit, &[auth], body);
+    assert_eq!((st, r["status"].as_str()), (200, Some("COMMITTED")));
+    // The request log: endpoint, key and outcome of every settlement call.
+    let events: Vec<(Option<u64>, String, String)> = serve
+        .requests("events", None)
+        .iter()
+        .map(|e| {
+            (
+                e["status"].as_u64(),
+                e["header_key"].as_str().unwrap_or("").to_owned(),
+                e["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (None, "ev-1".into(), "dropped".into()),
+            (Some(201), "ev-1".into(), "responded".into()),
+            (Some(429), "ev-1".into(), "responded".into()),
+            (Some(201), "".into(), "responded".into()),
+            (Some(409), "ev-1".into(), "responded".into()),
+            (Some(400), "".into(), "responded".into()),
+        ]
+    );
+    let commits: Vec<Option<u64>> = serve
+        .requests("commit", Some(&id))
+        .iter()
+        .map(|e| e["status"].as_u64())
+        .collect();
+    assert_eq!(commits, [Some(410), Some(200)]);
 }

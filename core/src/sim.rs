@@ -41,6 +41,11 @@ pub struct Policy {
     pub max_extensions: Option<u32>,
     /// Omit `remaining_ttl_ms` (an older server): clients use the fallback.
     pub omit_remaining: bool,
+    /// The grace after expiry during which commit and release are still
+    /// accepted (`grace_period_ms` of a create that gives none; the
+    /// protocol's default is 5000, `leasebeat serve`'s too). Extensions get
+    /// no grace.
+    pub grace_ms: u64,
 }
 
 impl Policy {
@@ -74,6 +79,8 @@ pub struct Lease {
     pub state: LeaseState,
     /// Server time of the create.
     pub created_at_ms: u64,
+    /// Commit and release are accepted until `expires_at_ms + grace_ms`.
+    pub grace_ms: u64,
     /// The last [`EXTEND_KEYS_KEPT`] extension keys (a client only ever
     /// retries its latest key).
     extend_keys: VecDeque<(Box<str>, Stored)>,
@@ -171,6 +178,11 @@ pub struct SimServer {
     extensions_total: u64,
     /// Lapses reported by [`SimServer::take_lapses`].
     lapses_total: u64,
+    /// `POST /v1/events` idempotency records: key -> (canonical request,
+    /// the original 201 response).
+    events: HashMap<String, (Box<[u8]>, SimResponse)>,
+    /// Events applied.
+    events_total: u64,
 }
 
 /// How many extension idempotency records a reservation keeps (the most
@@ -248,6 +260,50 @@ impl SimServer {
     /// Lapses reported so far by [`SimServer::take_lapses`].
     pub fn lapses_total(&self) -> u64 {
         self.lapses_total
+    }
+
+    /// Events applied (`POST /v1/events`, replays not counted).
+    pub fn events_total(&self) -> u64 {
+        self.events_total
+    }
+
+    /// `POST /v1/events` at server time `now_ms` (`createEvent`): post-only
+    /// accounting, the expired-commit fallback of a settlement.
+    ///
+    /// The body is an `EventCreateRequest` (`idempotency_key`, `subject`
+    /// with at least one standard field, `action` {kind, name, tags?},
+    /// `actual` an Amount, optional `overage_policy`, `metrics`,
+    /// `client_time_ms`, `metadata`; nothing else); `header_key`, when
+    /// present, must equal the body's key. Answers 201 with an
+    /// `EventCreateResponse` (`{"status":"APPLIED","event_id":..}`); a
+    /// same-key replay returns the original 201 verbatim, another request
+    /// under the same key 409 `IDEMPOTENCY_MISMATCH`; 400
+    /// `INVALID_REQUEST` for a body that is not an `EventCreateRequest`. The
+    /// model keeps no balances, so an event is counted
+    /// ([`SimServer::events_total`]) and never refused for budget.
+    pub fn event(&mut self, now_ms: u64, header_key: Option<&str>, body: &[u8]) -> SimResponse {
+        let _ = now_ms;
+        let (request, key) = match self.parse_request(body, header_key) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let request_text = compact(&request);
+        if let Some((stored, response)) = self.events.get(&key) {
+            if *stored != request_text {
+                return self.error(409, "IDEMPOTENCY_MISMATCH", "same key, different request");
+            }
+            return response.clone();
+        }
+        if let Err(why) = check_event(request.as_object().expect("checked object")) {
+            return self.error(400, "INVALID_REQUEST", &why);
+        }
+        self.events_total += 1;
+        let response = SimResponse::json(
+            201,
+            &json!({"status": "APPLIED", "event_id": format!("evt-{}", self.events_total)}),
+        );
+        self.events.insert(key, (request_text, response.clone()));
+        response
     }
 
     /// Reservations that lapsed (expired while ACTIVE, `now_ms >
@@ -388,6 +444,15 @@ impl SimServer {
                 _ => return self.error(400, "INVALID_REQUEST", "ttl_ms must be 1000..=86400000"),
             },
         };
+        let grace_ms = match o.get("grace_period_ms") {
+            None => self.policy.grace_ms,
+            Some(_) => match int(o, "grace_period_ms") {
+                Some(g) if g <= 60_000 => g,
+                _ => {
+                    return self.error(400, "INVALID_REQUEST", "grace_period_ms must be 0..=60000");
+                }
+            },
+        };
         let granted = self
             .policy
             .initial_ttl_cap_ms
@@ -420,6 +485,7 @@ impl SimServer {
                 extensions: 0,
                 state: LeaseState::Active,
                 created_at_ms: now_ms,
+                grace_ms,
                 extend_keys: VecDeque::with_capacity(EXTEND_KEYS_KEPT),
                 lapse_reported: false,
                 reserved: compact(&estimate),
@@ -593,7 +659,9 @@ impl SimServer {
                 return self.error(409, "RESERVATION_FINALIZED", "reservation is finalized");
             }
         }
-        if now_ms > lease.expires_at_ms {
+        // Commit and release are accepted through expires_at_ms +
+        // grace_period_ms (ERROR SEMANTICS).
+        if now_ms > lease.expires_at_ms.saturating_add(lease.grace_ms) {
             return self.error(410, "RESERVATION_EXPIRED", "reservation expired");
         }
         let reserved: Value = serde_json::from_slice(&lease.reserved).unwrap_or(Value::Null);
@@ -685,6 +753,78 @@ impl Finalize {
         }
         Ok(())
     }
+}
+
+/// Checks an `EventCreateRequest` (`additionalProperties: false`).
+fn check_event(o: &Map<String, Value>) -> Result<(), String> {
+    const ALLOWED: [&str; 8] = [
+        "idempotency_key",
+        "subject",
+        "action",
+        "actual",
+        "overage_policy",
+        "metrics",
+        "client_time_ms",
+        "metadata",
+    ];
+    const STANDARD: [&str; 6] = ["tenant", "workspace", "app", "workflow", "agent", "toolset"];
+    if let Some(extra) = o.keys().find(|k| !ALLOWED.contains(&k.as_str())) {
+        return Err(format!("unknown field {extra}"));
+    }
+    let subject = o
+        .get("subject")
+        .and_then(Value::as_object)
+        .ok_or("subject is required")?;
+    for (k, v) in subject {
+        match k.as_str() {
+            "dimensions" if v.is_object() => {}
+            k if STANDARD.contains(&k) && v.as_str().is_some_and(|s| s.chars().count() <= 128) => {}
+            _ => return Err(format!("subject.{k} is invalid")),
+        }
+    }
+    if !STANDARD.iter().any(|f| subject.contains_key(*f)) {
+        return Err("subject needs one of tenant, workspace, app, workflow, agent, toolset".into());
+    }
+    let action = o
+        .get("action")
+        .and_then(Value::as_object)
+        .ok_or("action is required")?;
+    let text = |name: &str, max: usize| {
+        action
+            .get(name)
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.chars().count() <= max)
+    };
+    if !text("kind", 64)
+        || !text("name", 256)
+        || action
+            .keys()
+            .any(|k| !["kind", "name", "tags"].contains(&k.as_str()))
+    {
+        return Err("action must be {kind, name, tags?}".into());
+    }
+    if amount_of(o.get("actual").unwrap_or(&Value::Null)).is_none() {
+        return Err("actual must be an Amount {unit, amount >= 0}".into());
+    }
+    if let Some(p) = o.get("overage_policy") {
+        if !matches!(
+            p.as_str(),
+            Some("REJECT" | "ALLOW_IF_AVAILABLE" | "ALLOW_WITH_OVERDRAFT")
+        ) {
+            return Err("overage_policy is not a CommitOveragePolicy".into());
+        }
+    }
+    for name in ["metrics", "metadata"] {
+        if o.get(name).is_some_and(|v| !v.is_object()) {
+            return Err(format!("{name} must be an object"));
+        }
+    }
+    if o.get("client_time_ms")
+        .is_some_and(|v| v.as_u64().is_none_or(|t| t > i64::MAX as u64))
+    {
+        return Err("client_time_ms must be an integer 0..=2^63-1".into());
+    }
+    Ok(())
 }
 
 /// The protocol's units (`UnitEnum`).
@@ -988,5 +1128,102 @@ mod tests {
         );
         let e = s.release(2_000, &b, None, br#"{"idempotency_key":"k"}"#);
         assert_eq!(error_code(&e), (409, "RESERVATION_FINALIZED".into()));
+    }
+
+    /// Commit and release are accepted through expires_at_ms + grace (the
+    /// create's `grace_period_ms`, else the policy's); extensions are not.
+    #[test]
+    fn commit_and_release_are_accepted_within_the_grace_after_expiry() {
+        let mut s = SimServer::new(Policy {
+            grace_ms: 5_000,
+            ..Policy::default()
+        });
+        // Created at 1000 with the default 60 s TTL: expires at 61000.
+        let a = created(&mut s, "a", json!({}));
+        assert_eq!(s.lease(&a).unwrap().grace_ms, 5_000);
+        assert_eq!(s.extend(61_001, &a, None, &extend_body("e1")).status, 410);
+        let r = s.commit(66_000, &a, None, &commit_body("k1", 4));
+        assert_eq!(
+            (r.status, body(&r)["status"].clone()),
+            (200, json!("COMMITTED"))
+        );
+        let b = created(&mut s, "b", json!({}));
+        let e = s.release(66_001, &b, None, br#"{"idempotency_key":"k2"}"#);
+        assert_eq!(error_code(&e), (410, "RESERVATION_EXPIRED".into()));
+        // The create's own grace_period_ms wins over the policy's.
+        let c = created(&mut s, "c", json!({"grace_period_ms": 0}));
+        let e = s.commit(61_001, &c, None, &commit_body("k3", 4));
+        assert_eq!(error_code(&e), (410, "RESERVATION_EXPIRED".into()));
+        let d = created(&mut s, "d", json!({"grace_period_ms": 60_000}));
+        assert_eq!(
+            s.release(121_000, &d, None, br#"{"idempotency_key":"k4"}"#)
+                .status,
+            200
+        );
+        for bad in [json!(-1), json!(60_001), json!("5"), json!(1.5)] {
+            let mut req: Value = serde_json::from_slice(&create_body("x")).unwrap();
+            req["grace_period_ms"] = bad;
+            let r = s.create(1_000, None, &serde_json::to_vec(&req).unwrap());
+            assert_eq!(error_code(&r), (400, "INVALID_REQUEST".into()));
+        }
+    }
+
+    fn event_body(key: &str, amount: u64) -> Value {
+        json!({
+            "idempotency_key": key,
+            "subject": {"tenant": "acme"},
+            "action": {"kind": "llm.completion", "name": "gpt"},
+            "actual": {"unit": "TOKENS", "amount": amount},
+            "metrics": {"tokens_input": 3},
+            "metadata": {"why": "expired commit"}
+        })
+    }
+
+    /// `POST /v1/events`: 201 + EventCreateResponse, same-key replays
+    /// verbatim, another request under a used key 409, bad bodies 400.
+    #[test]
+    fn events_are_applied_once_per_key() {
+        let mut s = SimServer::new(Policy::default());
+        let bytes = serde_json::to_vec(&event_body("ev1", 9)).unwrap();
+        let r = s.event(0, Some("ev1"), &bytes);
+        assert_eq!(r.status, 201);
+        assert_eq!(body(&r), json!({"status": "APPLIED", "event_id": "evt-1"}));
+        let again = s.event(5, None, &bytes);
+        assert_eq!((again.status, &again.body), (201, &r.body));
+        assert_eq!(s.events_total(), 1);
+        let other = serde_json::to_vec(&event_body("ev1", 10)).unwrap();
+        assert_eq!(
+            error_code(&s.event(6, None, &other)),
+            (409, "IDEMPOTENCY_MISMATCH".into())
+        );
+        assert_eq!(
+            error_code(&s.event(6, Some("other"), &bytes)),
+            (400, "INVALID_REQUEST".into())
+        );
+        let mut bad_cases = Vec::new();
+        for (field, value) in [
+            ("subject", json!({"dimensions": {"a": "b"}})),
+            ("subject", json!({"tenant": 5})),
+            ("subject", json!({"tenant": "t", "extra": "x"})),
+            ("action", json!({"kind": "k"})),
+            ("actual", json!({"unit": "TOKENS", "amount": -1})),
+            ("actual", json!({"unit": "EUROS", "amount": 1})),
+            ("overage_policy", json!("SOMETIMES")),
+            ("metrics", json!(3)),
+            ("client_time_ms", json!(-5)),
+            ("unknown", json!(1)),
+        ] {
+            let mut b = event_body(&format!("bad-{}", bad_cases.len()), 1);
+            b[field] = value;
+            bad_cases.push(b);
+        }
+        let mut missing = event_body("bad-missing", 1);
+        missing.as_object_mut().unwrap().remove("action");
+        bad_cases.push(missing);
+        for b in bad_cases {
+            let r = s.event(7, None, &serde_json::to_vec(&b).unwrap());
+            assert_eq!(error_code(&r), (400, "INVALID_REQUEST".into()), "{b}");
+        }
+        assert_eq!(s.events_total(), 1);
     }
 }

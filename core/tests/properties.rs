@@ -134,6 +134,7 @@ fn case() -> impl Strategy<Value = Case> {
                     max_lead_ms: lead,
                     max_extensions: max_ext,
                     omit_remaining: omit,
+                    grace_ms: 0,
                 });
             (
                 prop::bool::weighted(0.2),
