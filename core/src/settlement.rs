@@ -1414,11 +1414,14 @@ fn to_bytes(m: &Map<String, Value>) -> Vec<u8> {
     serde_json::to_vec(m).unwrap_or_default()
 }
 
+/// A success body's schema check.
+type BodyCheck = fn(&[u8]) -> Result<(), String>;
+
 /// Classifies a response in `mode` (ST-2..ST-8, SP-2).
 fn classify<N: AsRef<[u8]>, V: AsRef<[u8]>>(mode: SettleMode, r: ResponseRef<'_, N, V>) -> Class {
     let status = r.status;
     if (200..300).contains(&status) {
-        let (want, check): (u16, fn(&[u8]) -> Result<(), String>) = match mode {
+        let (want, check): (u16, BodyCheck) = match mode {
             SettleMode::Commit => (200, schema::commit_response),
             SettleMode::Event => (201, schema::event_response),
             SettleMode::Release => (200, schema::release_response),

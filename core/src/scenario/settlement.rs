@@ -456,7 +456,7 @@ fn error_json(e: &Error, event: &SettleEvent) -> Map<String, Value> {
     m
 }
 
-fn live<'w>(w: &'w mut World, step: usize) -> Result<&'w mut Settlement, Mismatch> {
+fn live(w: &mut World, step: usize) -> Result<&mut Settlement, Mismatch> {
     w.settlement.as_mut().ok_or_else(|| {
         mismatch(
             step,
@@ -712,7 +712,7 @@ fn compare(
             "body" => {
                 let got = decision
                     .filter(|d| matches!(d.next, SettleNext::Send(_) | SettleNext::Wait))
-                    .and_then(|_| w.settlement.as_ref())
+                    .and(w.settlement.as_ref())
                     .and_then(|s| s.attempt())
                     .and_then(|a| serde_json::from_slice::<Value>(&a.body).ok())
                     .unwrap_or(Value::Null);

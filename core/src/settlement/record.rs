@@ -177,7 +177,7 @@ impl SettlementRecord {
             other => {
                 return Err(invalid(format!(
                     "unsupported journal version: {}",
-                    other.map_or("absent".into(), |v| short(v))
+                    other.map_or("absent".into(), short)
                 )));
             }
         }
