@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 cargo test --workspace --locked --release
-cargo run --release --locked -q -p leasebeat-cli -- replay tests/vectors/*.json
+cargo run --release --locked -q -p leasebeat-cli -- replay tests/vectors/*.json tests/vectors/settlement/*.json
 
 echo "==> rust: cargo publish --dry-run -p leasebeat (package, then build it from the packaged sources)"
 cargo publish --dry-run --locked --allow-dirty -p leasebeat

@@ -4,11 +4,41 @@ use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use leasebeat::scenario::{self, Scenario};
+use leasebeat::scenario::{self, Replay, Scenario, settlement};
 
-fn load(path: &Path) -> Result<Scenario, String> {
+/// A heartbeat vector or a settlement vector (`tests/vectors/settlement/`).
+enum Loaded {
+    Heartbeat(Scenario),
+    Settlement(settlement::SettleScenario),
+}
+
+impl Loaded {
+    fn id(&self) -> &str {
+        match self {
+            Loaded::Heartbeat(s) => &s.id,
+            Loaded::Settlement(s) => &s.id,
+        }
+    }
+
+    fn replay(&self, check: bool) -> Replay {
+        match self {
+            Loaded::Heartbeat(s) => scenario::replay_with(s, check),
+            Loaded::Settlement(s) => settlement::replay_with(s, check),
+        }
+    }
+}
+
+fn load(path: &Path) -> Result<Loaded, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
-    scenario::parse(&text).map_err(|e| e.to_string())
+    if settlement::is_settlement(&text) {
+        settlement::parse(&text)
+            .map(Loaded::Settlement)
+            .map_err(|e| e.to_string())
+    } else {
+        scenario::parse(&text)
+            .map(Loaded::Heartbeat)
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// Writes one line to stdout. `Err(code)` ends the command: quietly with success when the
@@ -41,13 +71,13 @@ fn run_inner(files: &[PathBuf], emit: bool) -> Result<ExitCode, ExitCode> {
                 continue;
             }
         };
-        let replay = scenario::replay_with(&scenario, !emit);
+        let replay = scenario.replay(!emit);
         if emit {
             for d in &replay.lines {
                 line(format_args!("{d}"))?;
             }
             if let Some(m) = &replay.mismatch {
-                eprintln!("{}: replay stopped at {m}", scenario.id);
+                eprintln!("{}: replay stopped at {m}", scenario.id());
                 failed += 1;
             }
             continue;
@@ -55,13 +85,13 @@ fn run_inner(files: &[PathBuf], emit: bool) -> Result<ExitCode, ExitCode> {
         match replay.mismatch {
             None => {
                 passed += 1;
-                line(format_args!("pass {}", scenario.id))?;
+                line(format_args!("pass {}", scenario.id()))?;
             }
             Some(m) => {
                 failed += 1;
                 line(format_args!(
                     "FAIL {} ({}): {m}",
-                    scenario.id,
+                    scenario.id(),
                     path.display()
                 ))?;
             }

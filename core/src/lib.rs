@@ -13,7 +13,11 @@
 //!
 //! * [`Heartbeat`] is the per-reservation state machine.
 //! * [`arith`] holds the arithmetic alone, as pure functions.
-//! * [`schema`] holds the response checks (HB-18, P-1).
+//! * [`schema`] holds the response checks (HB-18, P-1; ST-2, ST-7).
+//! * [`Settlement`] is the per-reservation settlement state machine (commit,
+//!   the expired-commit event fallback, release; rules ST-/SP- of
+//!   `shared/design/settlement.md`), and [`SettlementRecord`] its durable
+//!   record in runcycles Python 0.5.3's journal layout.
 //!
 //! ## Features
 //!
@@ -66,6 +70,7 @@ mod keys;
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod scenario;
 pub mod schema;
+mod settlement;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod sim;
@@ -81,3 +86,9 @@ pub use heartbeat::{
     Response, ResponseRef, Timing, TransportFailure, permanent_reason,
 };
 pub use keys::{KeySource, SequentialKeys, UuidV4Keys};
+pub use settlement::{
+    Endpoint, MAX_BASE_URL_BYTES, MAX_REASON_CHARS, MAX_RESERVATION_ID_CHARS, MAX_RETRY_AFTER_MS,
+    Now, RecordMode, RecordUpdate, RetryPolicy, SettleAttempt, SettleClass, SettleMode, SettleNext,
+    SettleOutcome, SettleWarning, Settlement, SettlementAction, SettlementConfig,
+    SettlementDecision, SettlementRecord, check_reservation_id,
+};

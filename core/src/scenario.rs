@@ -9,6 +9,8 @@
 //! "never used before" and `"key": "same"` as "exactly the previous attempt's
 //! key, with a byte-identical body".
 
+pub mod settlement;
+
 use std::collections::HashSet;
 use std::fmt;
 

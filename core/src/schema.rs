@@ -395,6 +395,152 @@ pub fn error_code(body: &[u8]) -> Option<String> {
     Some(if was_cut { format!("{code}...") } else { code })
 }
 
+/// The protocol's `ErrorCode` enum.
+pub const ERROR_CODES: &[&str] = &[
+    "INVALID_REQUEST",
+    "UNAUTHORIZED",
+    "FORBIDDEN",
+    "NOT_FOUND",
+    "BUDGET_EXCEEDED",
+    "BUDGET_FROZEN",
+    "BUDGET_CLOSED",
+    "RESERVATION_EXPIRED",
+    "RESERVATION_FINALIZED",
+    "IDEMPOTENCY_MISMATCH",
+    "UNIT_MISMATCH",
+    "OVERDRAFT_LIMIT_EXCEEDED",
+    "DEBT_OUTSTANDING",
+    "MAX_EXTENSIONS_EXCEEDED",
+    "LIMIT_EXCEEDED",
+    "TENANT_CLOSED",
+    "INTERNAL_ERROR",
+];
+
+/// Checks a body against `CommitResponse` (ST-2): `status` = `COMMITTED`,
+/// `charged` an `Amount`, optional `released` (`Amount`), `balances` and
+/// `cycles_evidence`, nothing else, no nulls, exact integers (P-1, P-7).
+pub fn commit_response(body: &[u8]) -> Result<(), Invalid> {
+    let v = json::parse(body, SUCCESS_DEPTH).map_err(|e| format!("body is not valid JSON: {e}"))?;
+    let what = "CommitResponse";
+    let o = object(&v, what)?;
+    only_known(
+        o,
+        what,
+        &[
+            "status",
+            "charged",
+            "released",
+            "balances",
+            "cycles_evidence",
+        ],
+    )?;
+    let status = string(required(o, what, "status")?, "status")?;
+    one_of(status, "status", &["COMMITTED"])?;
+    amount(required(o, what, "charged")?, "charged", false)?;
+    if let Some(r) = get(o, "released") {
+        amount(r, "released", false)?;
+    }
+    if let Some(b) = get(o, "balances") {
+        balances(b, "balances")?;
+    }
+    if let Some(e) = get(o, "cycles_evidence") {
+        evidence_ref(e, "cycles_evidence")?;
+    }
+    Ok(())
+}
+
+/// Checks a body against `EventCreateResponse` (ST-2): `status` =
+/// `APPLIED`, a string `event_id`, optional `charged` (`Amount`) and
+/// `balances`, nothing else, no nulls.
+pub fn event_response(body: &[u8]) -> Result<(), Invalid> {
+    let v = json::parse(body, SUCCESS_DEPTH).map_err(|e| format!("body is not valid JSON: {e}"))?;
+    let what = "EventCreateResponse";
+    let o = object(&v, what)?;
+    only_known(o, what, &["status", "event_id", "charged", "balances"])?;
+    let status = string(required(o, what, "status")?, "status")?;
+    one_of(status, "status", &["APPLIED"])?;
+    string(required(o, what, "event_id")?, "event_id")?;
+    if let Some(c) = get(o, "charged") {
+        amount(c, "charged", false)?;
+    }
+    if let Some(b) = get(o, "balances") {
+        balances(b, "balances")?;
+    }
+    Ok(())
+}
+
+/// Checks a body against `ReleaseResponse` (ST-2): `status` = `RELEASED`,
+/// `released` an `Amount`, optional `balances`, `cycles_evidence` and
+/// `has_more` (boolean), nothing else, no nulls.
+pub fn release_response(body: &[u8]) -> Result<(), Invalid> {
+    let v = json::parse(body, SUCCESS_DEPTH).map_err(|e| format!("body is not valid JSON: {e}"))?;
+    let what = "ReleaseResponse";
+    let o = object(&v, what)?;
+    only_known(
+        o,
+        what,
+        &[
+            "status",
+            "released",
+            "balances",
+            "cycles_evidence",
+            "has_more",
+        ],
+    )?;
+    let status = string(required(o, what, "status")?, "status")?;
+    one_of(status, "status", &["RELEASED"])?;
+    amount(required(o, what, "released")?, "released", false)?;
+    if let Some(b) = get(o, "balances") {
+        balances(b, "balances")?;
+    }
+    if let Some(e) = get(o, "cycles_evidence") {
+        evidence_ref(e, "cycles_evidence")?;
+    }
+    if let Some(h) = get(o, "has_more") {
+        boolean(h, "has_more")?;
+    }
+    Ok(())
+}
+
+/// Checks a body against `ErrorResponse` (ST-7) and returns its code:
+/// `error` one of [`ERROR_CODES`], string `message` and `request_id`,
+/// optional `trace_id` (32 lowercase hex characters), `details` (any
+/// object) and `cycles_evidence`, nothing else, no nulls.
+pub fn error_response(body: &[u8]) -> Result<String, Invalid> {
+    let v = json::parse(body, SUCCESS_DEPTH).map_err(|e| format!("body is not valid JSON: {e}"))?;
+    let what = "ErrorResponse";
+    let o = object(&v, what)?;
+    only_known(
+        o,
+        what,
+        &[
+            "error",
+            "message",
+            "request_id",
+            "trace_id",
+            "details",
+            "cycles_evidence",
+        ],
+    )?;
+    let code = string(required(o, what, "error")?, "error")?;
+    one_of(code, "error", ERROR_CODES)?;
+    string(required(o, what, "message")?, "message")?;
+    string(required(o, what, "request_id")?, "request_id")?;
+    if let Some(t) = get(o, "trace_id") {
+        let t = string(t, "trace_id")?;
+        if t.len() != 32 || !t.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err("trace_id is not 32 lowercase hex characters".into());
+        }
+    }
+    if let Some(d) = get(o, "details") {
+        object(d, "details")?;
+    }
+    if let Some(e) = get(o, "cycles_evidence") {
+        evidence_ref(e, "cycles_evidence")?;
+    }
+    Ok(code.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,6 +661,48 @@ mod tests {
         assert!(
             create_response(br#"{"decision":"ALLOW","affected_scopes":[],"caps":{"max_tokens":-99999999999999999999999999999999999999999}}"#)
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn settlement_bodies() {
+        assert!(
+            commit_response(br#"{"status":"COMMITTED","charged":{"unit":"TOKENS","amount":9}}"#)
+                .is_ok()
+        );
+        assert!(
+            commit_response(
+                br#"{"status":"COMMITTED","charged":{"unit":"TOKENS","amount":9},"released":null}"#
+            )
+            .is_err()
+        );
+        assert!(
+            commit_response(br#"{"status":"COMMITTED","charged":{"unit":"TOKENS","amount":9.0}}"#)
+                .is_err()
+        );
+        assert!(commit_response(br#"{"status":"COMMITTED"}"#).is_err());
+        assert!(event_response(br#"{"status":"APPLIED","event_id":"e"}"#).is_ok());
+        assert!(event_response(br#"{"status":"APPLIED"}"#).is_err());
+        assert!(release_response(br#"{"status":"RELEASED","released":{"unit":"TOKENS","amount":0},"has_more":false}"#).is_ok());
+        assert!(
+            release_response(
+                br#"{"status":"RELEASED","released":{"unit":"TOKENS","amount":0},"x":1}"#
+            )
+            .is_err()
+        );
+        assert_eq!(
+            error_response(
+                br#"{"error":"NOT_FOUND","message":"m","request_id":"r","details":{"a":[1e400]}}"#
+            ),
+            Ok("NOT_FOUND".into())
+        );
+        assert!(error_response(br#"{"error":"NOT_FOUND","message":"m"}"#).is_err());
+        assert!(error_response(br#"{"error":"NEW_CODE","message":"m","request_id":"r"}"#).is_err());
+        assert!(
+            error_response(
+                br#"{"error":"NOT_FOUND","message":"m","request_id":"r","trace_id":"X"}"#
+            )
+            .is_err()
         );
     }
 
