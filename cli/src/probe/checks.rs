@@ -602,15 +602,18 @@ pub(crate) fn evaluate(
             });
         }
     }
-    let release_note = steps.release_a.and_then(|i| {
-        (records[i].status() != Some(200)).then(|| {
-            format!(
-                "release of A answered {} (#{})",
-                records[i].summary(),
-                records[i].n
-            )
+    let release_note = steps
+        .release_a
+        .and_then(|i| {
+            (records[i].status() != Some(200)).then(|| {
+                format!(
+                    "release of A answered {} (#{})",
+                    records[i].summary(),
+                    records[i].n
+                )
+            })
         })
-    });
+        .or_else(|| steps.release_failure.clone());
     out.extend(replay_findings(
         &ReplayIds {
             verbatim: "replay.extend.verbatim",

@@ -323,6 +323,8 @@ pub(crate) struct Steps {
     pub final_replay_create: Option<usize>,
     /// Why a step did not happen.
     pub notes: Vec<String>,
+    /// Why the release of A failed (no answer, or 5xx throughout).
+    pub release_failure: Option<String>,
 }
 
 struct Prober<'a, T: Transport> {
@@ -709,7 +711,15 @@ impl<'a, T: Transport> Prober<'a, T> {
         if let Some(max) = self.opts.exhaust {
             *limit = Some(self.exhaust(max)?);
         }
-        let rel = self.release(&a)?;
+        // A release that fails is reported (cleanup.released), not fatal:
+        // the other findings stand.
+        let rel = match self.release(&a) {
+            Ok(i) => i,
+            Err(Fatal(why)) => {
+                steps.release_failure = Some(format!("release of A failed: {why}"));
+                return Ok(());
+            }
+        };
         steps.release_a = Some(rel);
         if self.records[rel].status() == Some(200) {
             if let Some(i2) = steps.e2 {
@@ -761,7 +771,8 @@ impl<'a, T: Transport> Prober<'a, T> {
             }
         };
         self.note(|| format!("extensions of B: {outcome:?}"));
-        self.release(&b)?;
+        // A failed release is reported by the cleanup finding.
+        let _ = self.release(&b);
         Ok(outcome)
     }
 
