@@ -739,7 +739,11 @@ impl<'a, T: Transport> Prober<'a, T> {
     /// the server refuses; B is released by the cleanup.
     fn exhaust(&mut self, max: u32) -> Result<Result<u32, String>, Fatal> {
         let kb = self.key();
-        let (_, b) = self.create("B", &kb, self.opts.ttl_ms)?;
+        let b = match self.create("B", &kb, self.opts.ttl_ms) {
+            Ok((_, b)) => b,
+            // E.g. a budget that holds one test reservation only.
+            Err(Fatal(why)) => return Ok(Err(format!("could not create B: {why}"))),
+        };
         let progress = self.progress.get();
         let mut n = 0u32;
         let outcome = loop {

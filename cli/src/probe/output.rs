@@ -91,6 +91,7 @@ fn report_json(r: &Report) -> Value {
         "steady_cadence_ms": r.steady_cadence_ms, "steady_lead_ms": r.steady_lead_ms,
         "extensions_per_hour": r.extensions_per_hour, "extension_limit": r.limit,
         "extension_limit_measured": r.limit_measured, "limit_stops_work_after_ms": r.limit_stop_ms,
+        "limit_not_reached": r.limit_not_reached,
         "longest_outage_hanging_ms": r.outage_hanging_ms,
         "longest_outage_refused_ms": r.outage_refused_ms,
         "dead_zone": r.dead_zone, "fix_timeout_ms": r.fix_timeout_ms, "fix_ttl_ms": r.fix_ttl_ms,
@@ -196,6 +197,40 @@ pub fn table(result: &ProbeResult, opts: &ProbeOptions, out: &mut impl Write) ->
             )?;
         }
     }
+    if !result.records.is_empty() {
+        writeln!(
+            out,
+            "\nexchanges (monotonic ms since the start: sent..received):"
+        )?;
+        for r in &result.records {
+            let body = match &r.outcome {
+                Ok(resp) => {
+                    let t: String = String::from_utf8_lossy(&resp.body)
+                        .chars()
+                        .filter(|c| !c.is_control())
+                        .take(160)
+                        .collect();
+                    let ra = r.header_values("retry-after");
+                    if ra.is_empty() {
+                        format!(" {t}")
+                    } else {
+                        format!(" Retry-After {ra:?} {t}")
+                    }
+                }
+                Err(_) => String::new(),
+            };
+            writeln!(
+                out,
+                "  #{:<3} {:>10.3}..{:<10.3} {:<38} key {} -> {}{body}",
+                r.n,
+                r.sent_ns as f64 / 1e6,
+                r.received_ns as f64 / 1e6,
+                r.step,
+                r.key.as_deref().unwrap_or("-"),
+                r.status().map_or_else(|| r.summary(), |s| s.to_string()),
+            )?;
+        }
+    }
     let rtts: Vec<f64> = result
         .records
         .iter()
@@ -273,7 +308,11 @@ pub fn table(result: &ProbeResult, opts: &ProbeOptions, out: &mut impl Write) ->
                     ": NOT measured, the protocol's example default; run with --exhaust"
                 }
             )?,
-            (Some(n), None) => writeln!(out, "  extension limit     {n} extensions: not reached")?,
+            (Some(n), None) => writeln!(
+                out,
+                "  extension limit     {n} extensions: {}",
+                r.limit_not_reached.as_deref().unwrap_or("not reached")
+            )?,
             (None, _) => writeln!(out, "  extension limit     none found")?,
         }
         writeln!(

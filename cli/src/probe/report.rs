@@ -198,6 +198,8 @@ pub struct Report {
     pub limit_measured: bool,
     /// Work time until the limit stops the heartbeat (ms).
     pub limit_stop_ms: Option<u64>,
+    /// The limited run stopped for another reason first (why).
+    pub limit_not_reached: Option<String>,
     /// Longest outage survived, attempts hanging until the timeout (ms).
     pub outage_hanging_ms: Option<u64>,
     /// Longest outage survived, connections refused (ms).
@@ -332,6 +334,7 @@ pub fn compute(
             at
         ));
         rep.steady_cadence_ms = None;
+        rep.extensions_per_hour = None;
         if !works(policy, members, ttl_ms, 1, rtt_ms) {
             rep.notes.push("no timeout fixes it at this TTL".into());
         } else {
@@ -382,8 +385,15 @@ pub fn compute(
             None,
             u64::MAX / MS,
         );
-        if let Some((StopReason::MaxExtensions, at)) = r.stop {
-            rep.limit_stop_ms = Some(at);
+        match r.stop {
+            Some((StopReason::MaxExtensions, at)) => rep.limit_stop_ms = Some(at),
+            Some((other, at)) => {
+                rep.limit_not_reached = Some(format!(
+                    "the heartbeat stops `{}` after {at} ms first",
+                    other.as_str()
+                ));
+            }
+            None => rep.limit_not_reached = Some("not reached".into()),
         }
     }
     // Outages from the third beat on (a steady one).

@@ -353,14 +353,37 @@ fn the_report_comes_from_the_core() {
     assert_eq!(rep.dead_zone, None);
     assert!(rep.steady_cadence_ms.is_some());
     assert!(rep.outage_hanging_ms.unwrap() > 10_000);
+    // With a limit of 10: the 10th extension is allowed, the 11th refused.
+    let rep = report::compute(
+        &Policy::default(),
+        &members,
+        60_000,
+        10_000,
+        1_500,
+        Some((10, true)),
+    );
+    let cadence = rep.steady_cadence_ms.unwrap();
+    let stop = rep.limit_stop_ms.unwrap();
+    assert!(
+        stop > 9 * cadence && stop < 12 * cadence,
+        "{stop} {cadence}"
+    );
     // A 60 s maximum lead with a 30 s timeout: the dead zone; a timeout of
     // at most (60000 - rtt - 1000 - 1) / 2 fixes it; no TTL does.
     let lead = Policy {
         max_lead_ms: Some(60_000),
         ..Policy::default()
     };
-    let rep = report::compute(&lead, &members, 60_000, 30_000, 2, None);
+    let rep = report::compute(&lead, &members, 60_000, 30_000, 2, Some((10, false)));
     assert!(rep.dead_zone.is_some(), "{rep:?}");
+    assert_eq!(rep.extensions_per_hour, None);
+    assert_eq!(rep.limit_stop_ms, None);
+    assert!(
+        rep.limit_not_reached
+            .as_deref()
+            .unwrap()
+            .contains("lease_too_short")
+    );
     assert_eq!(rep.fix_timeout_ms, Some((60_000 - 2 - 1_000 - 1) / 2));
     assert_eq!(rep.fix_ttl_ms, None);
     // The same timeout on an additive server: the immediate extension
