@@ -164,7 +164,7 @@ enum Command {
     /// be probed (unreachable, auth refused, HTML answer, no answer within
     /// --timeout-ms, create refused) or on bad arguments.
     Probe {
-        /// Base URL of the server, e.g. https://cycles.example.com.
+        /// Base URL of the server (http:// or https://).
         #[arg(long)]
         url: String,
         /// API key; defaults to the LEASEBEAT_API_KEY environment variable.

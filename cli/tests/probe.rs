@@ -204,7 +204,7 @@ fn each_server_bug_fails_exactly_its_checks() {
             ],
         ),
         (
-            &["--remaining-clock-permille", "1500"],
+            &["--remaining-clock-permille", "2000"],
             &["remaining_ttl_ms.consistent"],
         ),
         (

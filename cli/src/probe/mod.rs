@@ -25,8 +25,8 @@
 //!    unknown).
 //!
 //! Transient answers (a timeout or reset: once more; 5xx: twice more after
-//! 500 ms; 429: up to three more times after its `Retry-After`, at most 10
-//! s, or 1 s when unusable) are retried with the same key and body.
+//! 500 ms; 429: up to three more times after its `Retry-After`, capped at
+//! 10 s, or 1 s when unusable) are retried with the same key and body.
 //! Unreachable servers, refused keys, HTML answers and a server that does
 //! not answer within `--timeout-ms` end the probe (exit 2) after the
 //! cleanup.
@@ -482,7 +482,7 @@ impl<'a, T: Transport> Prober<'a, T> {
                                     "throttled: 429 four times in a row on POST {url}"
                                 )));
                             }
-                            let wait = r.retry_after_ms().ok().filter(|w| *w <= 10_000);
+                            let wait = r.retry_after_ms().ok().map(|w| w.min(10_000));
                             self.t.sleep_ms(wait.unwrap_or(1_000));
                             continue;
                         }

@@ -200,6 +200,21 @@ fn each_bug_fails_exactly_its_checks() {
 }
 
 #[test]
+fn a_small_clock_discrepancy_is_a_warning() {
+    // 1 % fast: 15 ms over each 1.5 s step, inside the safety margin.
+    let r = run(
+        Policy::default(),
+        ServerBugs {
+            remaining_clock_permille: Some(1_010),
+            ..ServerBugs::default()
+        },
+    );
+    assert_eq!(failing(&r), Vec::<&str>::new(), "{:#?}", r.findings);
+    assert_eq!(status(&r, "remaining_ttl_ms.consistent"), Status::Warn);
+    assert_eq!(r.exit_code(), 0);
+}
+
+#[test]
 fn retry_after_on_a_429_must_be_delta_seconds() {
     for (value, expected) in [
         ("2", Status::Pass),
