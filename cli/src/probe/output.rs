@@ -94,6 +94,7 @@ fn report_json(r: &Report) -> Value {
         "limit_not_reached": r.limit_not_reached,
         "longest_outage_hanging_ms": r.outage_hanging_ms,
         "longest_outage_refused_ms": r.outage_refused_ms,
+        "outage_lapses_silently": r.outage_lapses_silently,
         "dead_zone": r.dead_zone, "fix_timeout_ms": r.fix_timeout_ms, "fix_ttl_ms": r.fix_ttl_ms,
         "notes": r.notes,
     })
@@ -321,6 +322,12 @@ pub fn table(result: &ProbeResult, opts: &ProbeOptions, out: &mut impl Write) ->
             opt_secs(r.outage_hanging_ms),
             opt_secs(r.outage_refused_ms)
         )?;
+        if r.outage_lapses_silently {
+            writeln!(
+                out,
+                "  WARNING             a longer outage outlives the lease while leasebeat still retries (fallback path: no retry window to stop on)"
+            )?;
+        }
         for n in &r.notes {
             writeln!(out, "  note                {n}")?;
         }

@@ -58,6 +58,8 @@ pub struct Run {
     pub last_success: Option<(Option<u64>, Option<u64>)>,
     /// The path of the last success.
     pub fallback: bool,
+    /// The outage outlasted the lease (the heartbeat had not stopped).
+    pub lapsed: bool,
 }
 
 fn num(n: Option<leasebeat::Num>) -> Option<u64> {
@@ -125,6 +127,15 @@ pub fn simulate(
             break;
         }
         let decision = if let (Some(_), Some((_, how))) = (run.outage_start, outage) {
+            // An attempt that would reach the server after the lease's
+            // true expiry cannot save it (the fallback path, which has no
+            // retry window, would retry on past the lapse).
+            let rid = hb.reservation_id().unwrap_or_default();
+            let expiry = server.lease(rid).map_or(0, |l| l.expires_at_ms);
+            if EPOCH_MS + (now + rtt / 2) / MS > expiry {
+                run.lapsed = true;
+                break;
+            }
             run.last_outage_attempt = Some(now / MS);
             let (failure, after) = match how {
                 OutageKind::Hanging => (TransportFailure::Timeout, timeout_ms * MS),
@@ -204,6 +215,9 @@ pub struct Report {
     pub outage_hanging_ms: Option<u64>,
     /// Longest outage survived, connections refused (ms).
     pub outage_refused_ms: Option<u64>,
+    /// In the outage runs the lease lapsed before the heartbeat stopped
+    /// (only the fallback path can: it has no retry window).
+    pub outage_lapses_silently: bool,
     /// The dead zone: the steady run stopped (why).
     pub dead_zone: Option<String>,
     /// The largest timeout that leaves a positive cadence (when in the dead zone).
@@ -409,6 +423,7 @@ pub fn compute(
                 None,
                 u64::MAX / MS,
             );
+            rep.outage_lapses_silently |= r.lapsed;
             let survived = match (r.outage_start, r.last_outage_attempt) {
                 (Some(s), Some(l)) => Some(l + rtt_ms / 2 - s),
                 _ => None,

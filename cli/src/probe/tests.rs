@@ -283,7 +283,11 @@ fn regimes_are_told_apart() {
     assert_eq!(status(&r, "remaining_ttl_ms.consistent"), Status::Skip);
     assert_eq!(status(&r, "replay.extend.remaining"), Status::Skip);
     assert_eq!(r.exit_code(), 0);
-    assert_eq!(r.report.as_ref().unwrap().path, "fallback");
+    let rep = r.report.as_ref().unwrap();
+    assert_eq!(rep.path, "fallback");
+    // The fallback never stops on its own in an outage: bounded by the lease.
+    assert!(rep.outage_lapses_silently);
+    assert!(rep.outage_hanging_ms.unwrap() <= 120_000, "{rep:?}");
 }
 
 #[test]
@@ -422,4 +426,5 @@ fn the_report_comes_from_the_core() {
         r.stop.map(|(s, _)| s),
         Some(leasebeat::StopReason::RetryWindowExhausted)
     );
+    assert!(!r.lapsed);
 }
