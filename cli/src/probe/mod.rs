@@ -273,6 +273,8 @@ pub struct ProbeResult {
     pub unknown_creates: Vec<String>,
     /// Why the probe could not probe (exit 2).
     pub fatal: Option<String>,
+    /// Steps that did not happen, and why.
+    pub notes: Vec<String>,
 }
 
 impl ProbeResult {
@@ -848,7 +850,9 @@ pub fn probe<T: Transport>(t: &T, opts: &ProbeOptions) -> ProbeResult {
         reservations: p.reservations,
         unknown_creates: p.unknown_creates,
         fatal: fatal.map(|Fatal(w)| w),
+        notes: steps.notes.clone(),
     };
+    result.notes.extend(steps.release_failure.clone());
     if result.fatal.is_none() {
         let (findings, regime) =
             checks::evaluate(&result.records, &steps, opts, result.limit.as_ref());

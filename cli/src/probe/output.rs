@@ -154,6 +154,7 @@ pub fn to_json(result: &ProbeResult, opts: &ProbeOptions) -> Value {
         "report": result.report.as_ref().map(report_json),
         "reservations": reservations,
         "not_released": result.left_behind(),
+        "notes": result.notes,
         "exchanges": result.records.iter().map(record_json).collect::<Vec<_>>(),
     })
 }
@@ -197,6 +198,9 @@ pub fn table(result: &ProbeResult, opts: &ProbeOptions, out: &mut impl Write) ->
                 f.detail
             )?;
         }
+    }
+    for n in &result.notes {
+        writeln!(out, "note: {n}")?;
     }
     if !result.records.is_empty() {
         writeln!(

@@ -60,6 +60,8 @@ pub struct Run {
     pub fallback: bool,
     /// The outage outlasted the lease (the heartbeat had not stopped).
     pub lapsed: bool,
+    /// The run ended at [`MAX_STEPS`], before its horizon.
+    pub truncated: bool,
 }
 
 fn num(n: Option<leasebeat::Num>) -> Option<u64> {
@@ -91,6 +93,7 @@ pub fn simulate(
     let mut server = SimServer::new(policy.clone());
     let rtt = rtt_ms * MS;
     let mut now = 0u64;
+    run.truncated = true;
     for _ in 0..MAX_STEPS {
         let (id, kind, due, key_use, key, body) = match hb.poll_action() {
             Action::Send(a) => (
@@ -103,6 +106,7 @@ pub fn simulate(
             ),
             Action::Stop(r) => {
                 run.stop = Some((r, now / MS));
+                run.truncated = false;
                 break;
             }
             Action::AwaitOutcome(_) => break,
@@ -110,10 +114,12 @@ pub fn simulate(
         let Some(due) = due else { break };
         now = now.max(due);
         if now / MS > horizon_ms {
+            run.truncated = false;
             break;
         }
         if kind == AttemptKind::Extend && key_use == KeyUse::New {
             if max_beats.is_some_and(|m| run.beats.len() as u32 >= m) {
+                run.truncated = false;
                 break;
             }
             run.beats.push(now / MS);
@@ -337,6 +343,13 @@ pub fn compute(
         rep.retry_reserve_ms = reserve;
     }
     rep.extensions_per_hour = Some(steady.beats.iter().filter(|t| **t < HOUR_MS).count() as u32);
+    if steady.truncated {
+        // A cadence so short that an hour exceeds MAX_STEPS: extrapolate.
+        if let Some(last) = steady.beats.last().filter(|l| **l > 0 && **l < HOUR_MS) {
+            let n = steady.beats.len() as u64 * HOUR_MS / last;
+            rep.extensions_per_hour = Some(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+    }
     if let [.., a, b] = steady.beats[..] {
         rep.steady_cadence_ms = Some(b - a);
     }

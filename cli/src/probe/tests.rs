@@ -428,3 +428,39 @@ fn the_report_comes_from_the_core() {
     );
     assert!(!r.lapsed);
 }
+
+#[test]
+fn a_limit_of_one_extension_skips_what_needs_the_second() {
+    let r = run(
+        Policy {
+            max_extensions: Some(1),
+            ..Policy::default()
+        },
+        ServerBugs::default(),
+    );
+    assert_eq!(r.fatal, None);
+    assert_eq!(failing(&r), Vec::<&str>::new(), "{:#?}", r.findings);
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("E2 answered 409 MAX_EXTENSIONS_EXCEEDED")),
+        "{:?}",
+        r.notes
+    );
+    assert_eq!(status(&r, "replay.extend.remaining"), Status::Pass);
+    assert_eq!(status(&r, "replay.extend.released"), Status::Skip);
+    assert_eq!(status(&r, "extension.regime"), Status::Warn);
+    all_released(&r);
+}
+
+#[test]
+fn a_very_short_cadence_is_extrapolated_to_an_hour() {
+    // Lead 21010 ms, reserve 21000 ms: a beat every ~10 ms.
+    let lead = Policy {
+        max_lead_ms: Some(21_010),
+        ..Policy::default()
+    };
+    let rep = report::compute(&lead, &opts().create, 21_010, 10_000, 2, None);
+    assert_eq!(rep.dead_zone, None, "{rep:?}");
+    assert!(rep.extensions_per_hour.unwrap() > 200_000, "{rep:?}");
+}
