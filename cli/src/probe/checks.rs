@@ -610,16 +610,21 @@ pub(crate) fn evaluate(
                 }
             }
             let (first, last) = (readings[0], readings[readings.len() - 1]);
-            let server = (last.1 - first.1) as f64;
-            let client = (ms(last.0.sent_ns + last.0.received_ns)
-                - ms(first.0.sent_ns + first.0.received_ns))
-                / 2.0;
-            let rate = if client > 0.0 { server / client } else { 1.0 };
+            // Over the whole span: what the server's clock did against the
+            // client's interval (a rate from mid-points would be noise when
+            // a round trip is long, e.g. a cold server's first answer).
+            let server = last.1 - first.1;
+            let span_lo = ms(last.0.sent_ns.saturating_sub(first.0.received_ns));
+            let span_hi = ms(last.0.received_ns.saturating_sub(first.0.sent_ns));
+            let overall = format!(
+                "from #{} to #{} the server's clock moved {server} ms, the client's {span_lo:.1}..{span_hi:.1} ms",
+                first.0.n, last.0.n
+            );
             let evidence = readings.iter().map(|(r, _)| r.n).collect();
             out.push(match worst {
-                None => finding("remaining_ttl_ms.consistent", title, Level::Must, Status::Pass, format!("{} successes; server clock rate {rate:.4} of the client's over {client:.0} ms", readings.len()), evidence),
-                Some((off, why)) if off <= SMALL_MS => finding("remaining_ttl_ms.consistent", title, Level::Must, Status::Warn, format!("{why} ({off:.0} ms outside; at most {SMALL_MS:.0} ms: within the safety margin); rate {rate:.4} over {client:.0} ms: clocks that disagree slightly (nodes?)"), evidence),
-                Some((_, why)) => finding("remaining_ttl_ms.consistent", title, Level::Must, Status::Fail, format!("{why}; rate {rate:.4} over {client:.0} ms: remaining_ttl_ms is not max(0, expires_at_ms - now) on the expiry clock (a skewed clock, or nodes whose clocks disagree)"), evidence),
+                None => finding("remaining_ttl_ms.consistent", title, Level::Must, Status::Pass, format!("{} successes, each pair within its round trips; {overall}", readings.len()), evidence),
+                Some((off, why)) if off <= SMALL_MS => finding("remaining_ttl_ms.consistent", title, Level::Must, Status::Warn, format!("{why} ({off:.0} ms outside; at most {SMALL_MS:.0} ms: within the safety margin); {overall}: clocks that disagree slightly (nodes?)"), evidence),
+                Some((_, why)) => finding("remaining_ttl_ms.consistent", title, Level::Must, Status::Fail, format!("{why}; {overall}: remaining_ttl_ms is not max(0, expires_at_ms - now) on the expiry clock (a skewed clock, or nodes whose clocks disagree)"), evidence),
             });
         }
     }

@@ -129,6 +129,11 @@ pub fn to_json(result: &ProbeResult, opts: &ProbeOptions) -> Value {
         .filter(|r| r.status().is_some())
         .map(|r| r.rtt_ms())
         .collect();
+    let median = {
+        let mut s = rtts.clone();
+        s.sort_by(f64::total_cmp);
+        s.get(s.len() / 2).copied().map(round3)
+    };
     json!({
         "url": opts.url,
         "ttl_ms": opts.ttl_ms,
@@ -148,6 +153,7 @@ pub fn to_json(result: &ProbeResult, opts: &ProbeOptions) -> Value {
         }),
         "rtt_ms": {
             "count": rtts.len(),
+            "median": median,
             "min": rtts.iter().copied().reduce(f64::min).map(round3),
             "max": rtts.iter().copied().reduce(f64::max).map(round3),
         },
@@ -243,18 +249,27 @@ pub fn table(result: &ProbeResult, opts: &ProbeOptions, out: &mut impl Write) ->
         .map(|r| r.rtt_ms())
         .collect();
     if !rtts.is_empty() {
-        let min = rtts.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = rtts.iter().copied().fold(0.0, f64::max);
+        let mut sorted = rtts.clone();
+        sorted.sort_by(f64::total_cmp);
+        let slowest = result
+            .records
+            .iter()
+            .filter(|r| r.status().is_some())
+            .max_by(|a, b| a.rtt_ms().total_cmp(&b.rtt_ms()))
+            .map_or_else(String::new, |r| format!(" (#{} {})", r.n, r.step));
         writeln!(
             out,
-            "\nround trips: {} answers, {min:.1}..{max:.1} ms",
-            rtts.len()
+            "\nround trips: {} answers, min {:.1} / median {:.1} / max {:.1} ms{slowest}",
+            rtts.len(),
+            sorted[0],
+            sorted[sorted.len() / 2],
+            sorted[sorted.len() - 1]
         )?;
     }
     if let Some(r) = &result.report {
         writeln!(
             out,
-            "\nWhat leasebeat does here (--ttl-ms {}, --timeout-ms {}, round trip {} ms, {} path):",
+            "\nWhat leasebeat does here (--ttl-ms {}, --timeout-ms {}, the largest round trip {} ms, {} path):",
             r.ttl_ms, r.timeout_ms, r.rtt_ms, r.path
         )?;
         writeln!(
