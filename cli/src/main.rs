@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use leasebeat::driver::ApiKey;
 use leasebeat::sim::Policy;
-use leasebeat_cli::{bench, demo, run, serve, simulate};
+use leasebeat_cli::{bench, demo, probe, run, serve, simulate};
 
 mod replay;
 
@@ -90,6 +90,22 @@ enum Command {
         /// How long (ms) a lapsed or finalized reservation is remembered after expiry.
         #[arg(long, default_value_t = 600_000)]
         retention_ms: u64,
+        /// Server bug: a create or extend replay copies the stored
+        /// remaining_ttl_ms instead of recomputing it (for `leasebeat probe`).
+        #[arg(long)]
+        replay_stale_remaining: bool,
+        /// Server bug: a replay answers the reservation's current
+        /// expires_at_ms instead of the original one.
+        #[arg(long)]
+        replay_changed_body: bool,
+        /// Server bug: a reused key with another payload is answered as a
+        /// replay instead of 409 IDEMPOTENCY_MISMATCH.
+        #[arg(long)]
+        no_idempotency_mismatch: bool,
+        /// Server bug: remaining_ttl_ms comes from a clock running at N
+        /// thousandths of the expiry clock's rate (e.g. 1500: 50 % fast).
+        #[arg(long, value_name = "N")]
+        remaining_clock_permille: Option<u32>,
     },
     /// Heartbeat one reservation against a Cycles server, printing each
     /// decision as one JSON line, until the heartbeat stops or Ctrl-C.
@@ -125,6 +141,68 @@ enum Command {
         /// Do not release the reservation when the heartbeat stops.
         #[arg(long)]
         no_release: bool,
+    },
+    /// Check a live Cycles server's side of the heartbeat contract, and
+    /// report the cadence leasebeat gets there.
+    ///
+    /// Makes its own small test reservations (--create's subject, action
+    /// and estimate, ttl_ms = --ttl-ms), every request with a fresh
+    /// idempotency key unless it is a replay, and releases them at the end
+    /// (whatever it cannot release is reported by id). Checks, each a named
+    /// finding PASS / FAIL / WARN / SKIP with its evidence (the exchanges,
+    /// numbered, with monotonic send and receive instants):
+    /// response schema; remaining_ttl_ms present; remaining_ttl_ms and
+    /// expires_at_ms from one clock at the client's rate; same-key replays
+    /// of an extend and of the create (every other field verbatim,
+    /// remaining_ttl_ms recomputed, 0 after release); 409
+    /// IDEMPOTENCY_MISMATCH for a reused key with another payload;
+    /// delta-seconds Retry-After on any 429; the extension regime
+    /// (additive, grant cap, maximum lead) and, with --exhaust, the
+    /// extension limit. Then runs the core against a model of what it
+    /// measured and reports the steady cadence, extensions per hour, when
+    /// the extension limit stops work, the longest outage survived, and a
+    /// warning with a fix when no positive cadence exists (the dead zone).
+    /// Takes about 3 s plus 12 round trips (more with --exhaust).
+    ///
+    /// Progress on stderr; the table (or --json) on stdout. Exit status: 0
+    /// when every MUST holds, 1 when one fails, 2 when the server could not
+    /// be probed (unreachable, auth refused, HTML answer, no answer within
+    /// --timeout-ms, create refused) or on bad arguments.
+    Probe {
+        /// Base URL of the server (http:// or https://).
+        #[arg(long)]
+        url: String,
+        /// API key; defaults to the LEASEBEAT_API_KEY environment variable.
+        #[arg(long)]
+        api_key: Option<String>,
+        /// The create request's members as JSON: subject, action and the
+        /// smallest estimate to reserve with (no idempotency_key, no
+        /// ttl_ms). A real server needs the API key's tenant as
+        /// subject.tenant.
+        #[arg(long, default_value = probe::DEFAULT_CREATE)]
+        create: String,
+        /// The lease length leasebeat will ask for (ttl_ms, extend_by_ms).
+        #[arg(long, default_value_t = leasebeat::DEFAULT_TTL_MS)]
+        ttl_ms: u64,
+        /// The per-request timeout leasebeat will enforce; also bounds each
+        /// of the probe's requests.
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+        /// Wait between the steps whose spacing is measured (ms).
+        #[arg(long, default_value_t = 1_500)]
+        wait_ms: u64,
+        /// Also measure the extension limit: extend a second test
+        /// reservation until 409 MAX_EXTENSIONS_EXCEEDED, at most MAX
+        /// times (default 200). It costs that reservation's extensions.
+        #[arg(long, value_name = "MAX", num_args = 0..=1, default_missing_value = "200")]
+        exhaust: Option<u32>,
+        /// Print one JSON object (findings, regime, report, reservations,
+        /// every exchange) instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// No progress lines on stderr.
+        #[arg(long)]
+        quiet: bool,
     },
     /// Real heartbeats against in-process reference servers: a set of short
     /// scenarios (policies and faults), their timelines and a summary.
@@ -230,6 +308,10 @@ fn main() -> ExitCode {
             max_connections,
             max_buffered_bytes,
             retention_ms,
+            replay_stale_remaining,
+            replay_changed_body,
+            no_idempotency_mismatch,
+            remaining_clock_permille,
         } => {
             let faults = match faults
                 .iter()
@@ -262,6 +344,12 @@ fn main() -> ExitCode {
                 max_buffered_bytes,
                 keep_entries: false,
                 retention_ms,
+                bugs: leasebeat::sim::ServerBugs {
+                    replay_stale_remaining,
+                    remaining_clock_permille,
+                    replay_changed_body,
+                    no_idempotency_mismatch,
+                },
             })
         }
         Command::Run {
@@ -296,6 +384,38 @@ fn main() -> ExitCode {
                 timeout_ms,
                 release: !no_release,
             })
+        }
+        Command::Probe {
+            url,
+            api_key,
+            create,
+            ttl_ms,
+            timeout_ms,
+            wait_ms,
+            exhaust,
+            json,
+            quiet,
+        } => {
+            let Some(api_key) = api_key.or_else(|| std::env::var("LEASEBEAT_API_KEY").ok()) else {
+                eprintln!("leasebeat probe: give --api-key or set LEASEBEAT_API_KEY");
+                return ExitCode::from(2);
+            };
+            let create = match serde_json::from_str::<serde_json::Value>(&create) {
+                Ok(serde_json::Value::Object(m)) => m,
+                _ => {
+                    eprintln!("leasebeat probe: --create must be a JSON object");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut opts = probe::ProbeOptions::new(url, ApiKey::new(api_key));
+            opts.create = create;
+            opts.ttl_ms = ttl_ms;
+            opts.timeout_ms = timeout_ms;
+            opts.wait_ms = wait_ms;
+            opts.exhaust = exhaust;
+            opts.json = json;
+            opts.progress = !quiet;
+            probe::run(opts)
         }
         Command::Demo { scenario, quiet } => demo::run(&demo::DemoOptions {
             scenarios: scenario,

@@ -41,7 +41,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use leasebeat::sim::{Policy, SimResponse, SimServer};
+use leasebeat::sim::{Policy, ServerBugs, SimResponse, SimServer};
 use serde_json::{Value, json};
 
 /// The grace after expiry during which commit and release are accepted when
@@ -62,7 +62,9 @@ Inject a fault: ENDPOINT:WHEN=ACTION[,ACTION...] (repeatable; the first matching
   ACTION    STATUS            answer STATUS (e.g. 503, 429, 500) without applying the request;
                               an error body {error,message,request_id} with a default code
             STATUS:CODE       the same with this error code (e.g. 409:TENANT_CLOSED)
-            retry-after=V     add a Retry-After header with V verbatim (implies 429 if no STATUS)
+            retry-after=V     add a Retry-After header with V verbatim (implies 429 if no STATUS);
+                              V = http-date sends an IMF-fixdate one second ahead (a server bug:
+                              the protocol allows only delta-seconds)
             hold=MS           wait MS before processing the request
             delay=MS          process (apply) the request, then wait MS before answering
             drop              process (apply) the request, then close the connection unanswered
@@ -266,6 +268,9 @@ pub struct ServeOptions {
     /// How long a lapsed or finalized reservation is remembered after its
     /// expiry (ms; default 600000).
     pub retention_ms: u64,
+    /// Deliberate protocol bugs (none by default), to prove that
+    /// `leasebeat probe` catches each.
+    pub bugs: ServerBugs,
 }
 
 impl Default for ServeOptions {
@@ -286,6 +291,7 @@ impl Default for ServeOptions {
             max_buffered_bytes: 64 * 1024 * 1024,
             keep_entries: true,
             retention_ms: 600_000,
+            bugs: ServerBugs::default(),
         }
     }
 }
@@ -378,7 +384,11 @@ impl Server {
         };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                sim: SimServer::new(opts.policy.clone()),
+                sim: {
+                    let mut sim = SimServer::new(opts.policy.clone());
+                    sim.bugs = opts.bugs.clone();
+                    sim
+                },
                 counters: HashMap::new(),
                 rng: opts.seed,
                 seq: 0,
@@ -920,6 +930,11 @@ async fn respond(
             let code = code.unwrap_or_else(|| default_code(status).to_owned());
             let mut r = error_response(status, &code, "injected fault", request_id);
             if let Some(ra) = fault.and_then(|f| f.retry_after.clone()) {
+                let ra = if ra == "http-date" {
+                    http_date(std::time::SystemTime::now() + Duration::from_secs(1))
+                } else {
+                    ra
+                };
                 r.headers.push(("Retry-After".into(), ra));
             }
             r
@@ -939,6 +954,37 @@ async fn respond(
         }
     }
     Some(response)
+}
+
+/// An IMF-fixdate (RFC 9110 5.6.7), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
+pub fn http_date(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!(
+        "{}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+        WEEKDAYS[days.rem_euclid(7) as usize],
+        MONTHS[(month - 1) as usize],
+        rem / 3_600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 /// Applies a request to the model at the server clock's now.

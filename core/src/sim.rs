@@ -19,6 +19,10 @@
 //!
 //! A reservation is alive while `server time <= expires_at_ms`; the model
 //! knows each reservation's true expiry, so a test can check any lapse.
+//!
+//! [`ServerBugs`] (all off by default) makes the model break chosen
+//! obligations on purpose, so that `leasebeat probe` can be shown to catch
+//! each one.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -46,6 +50,29 @@ pub struct Policy {
     /// protocol's default is 5000, `leasebeat serve`'s too). Extensions get
     /// no grace.
     pub grace_ms: u64,
+}
+
+/// Deliberate server bugs (all off by default): each breaks one obligation
+/// of the protocol's IDEMPOTENCY section or of `remaining_ttl_ms`, to prove
+/// that `leasebeat probe` catches it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerBugs {
+    /// A same-key replay of a create or extend copies the originally
+    /// answered `remaining_ttl_ms` instead of recomputing it (also after
+    /// the reservation was committed or released).
+    pub replay_stale_remaining: bool,
+    /// `remaining_ttl_ms` is computed from a clock that runs at this many
+    /// thousandths of the expiry clock's rate (1500: 50 % fast), counted
+    /// from the first request the model saw. `None`: the expiry clock.
+    pub remaining_clock_permille: Option<u32>,
+    /// A same-key replay of a create or extend answers the reservation's
+    /// current `expires_at_ms` instead of the original one (`remaining_ttl_ms`
+    /// is still recomputed from the original).
+    pub replay_changed_body: bool,
+    /// A reused key with another payload is answered as a replay of the
+    /// original request instead of 409 `IDEMPOTENCY_MISMATCH` (create and
+    /// extend).
+    pub no_idempotency_mismatch: bool,
 }
 
 impl Policy {
@@ -114,6 +141,9 @@ struct Stored {
     /// `None`: the extension response `{"status":"ACTIVE","expires_at_ms":..}`.
     response: Option<Box<[u8]>>,
     expires_at_ms: u64,
+    /// The `remaining_ttl_ms` originally answered (only
+    /// [`ServerBugs::replay_stale_remaining`] reads it).
+    remaining_ttl_ms: u64,
 }
 
 impl Stored {
@@ -167,6 +197,11 @@ impl SimResponse {
 pub struct SimServer {
     /// The policy in force (may be changed between calls).
     pub policy: Policy,
+    /// Deliberate bugs (none by default; may be changed between calls).
+    pub bugs: ServerBugs,
+    /// The first server time seen (the origin of a skewed
+    /// `remaining_ttl_ms` clock).
+    clock_origin_ms: Option<u64>,
     leases: HashMap<String, Lease>,
     create_keys: HashMap<String, (String, Stored)>,
     next_id: u64,
@@ -396,23 +431,54 @@ impl SimServer {
         Ok((v, key))
     }
 
-    fn remaining_field(
-        &self,
-        response: &mut Map<String, Value>,
-        expires_at_ms: u64,
-        live: bool,
-        now_ms: u64,
-    ) {
+    /// The server time `remaining_ttl_ms` is computed from: `now_ms`, or
+    /// the skewed clock of [`ServerBugs::remaining_clock_permille`].
+    fn remaining_clock(&mut self, now_ms: u64) -> u64 {
+        let origin = *self.clock_origin_ms.get_or_insert(now_ms);
+        match self.bugs.remaining_clock_permille {
+            Some(p) if now_ms > origin => {
+                let skewed = u128::from(now_ms - origin) * u128::from(p) / 1000;
+                origin.saturating_add(u64::try_from(skewed).unwrap_or(u64::MAX))
+            }
+            _ => now_ms,
+        }
+    }
+
+    fn remaining_value(&mut self, expires_at_ms: u64, live: bool, now_ms: u64) -> u64 {
+        let clock = self.remaining_clock(now_ms);
+        if live {
+            expires_at_ms.saturating_sub(clock)
+        } else {
+            0
+        }
+    }
+
+    fn remaining_field(&self, response: &mut Map<String, Value>, remaining: u64) {
         if self.policy.omit_remaining {
             response.remove("remaining_ttl_ms");
         } else {
-            let remaining = if live {
-                expires_at_ms.saturating_sub(now_ms)
-            } else {
-                0
-            };
             response.insert("remaining_ttl_ms".into(), Value::from(remaining));
         }
+    }
+
+    /// The answer to a same-key replay of a create or extend whose record
+    /// is `stored`, for the reservation `id`.
+    fn replay(&mut self, stored: &Stored, id: &str, now_ms: u64) -> SimResponse {
+        let lease = self.leases.get(id);
+        let live = lease.is_some_and(|l| l.is_live(now_ms));
+        let current = lease.map(|l| l.expires_at_ms);
+        let mut response = stored.response();
+        let mut remaining = self.remaining_value(stored.expires_at_ms, live, now_ms);
+        if self.bugs.replay_stale_remaining {
+            remaining = stored.remaining_ttl_ms;
+        }
+        if self.bugs.replay_changed_body {
+            if let Some(e) = current {
+                response.insert("expires_at_ms".into(), Value::from(e));
+            }
+        }
+        self.remaining_field(&mut response, remaining);
+        SimResponse::json(200, &Value::Object(response))
     }
 
     /// `POST /v1/reservations` at server time `now_ms`.
@@ -423,13 +489,10 @@ impl SimServer {
         };
         let request_text = compact(&request);
         if let Some((id, stored)) = self.create_keys.get(&key).cloned() {
-            if stored.request != request_text {
+            if stored.request != request_text && !self.bugs.no_idempotency_mismatch {
                 return self.error(409, "IDEMPOTENCY_MISMATCH", "same key, different request");
             }
-            let live = self.leases.get(&id).is_some_and(|l| l.is_live(now_ms));
-            let mut response = stored.response();
-            self.remaining_field(&mut response, stored.expires_at_ms, live, now_ms);
-            return SimResponse::json(200, &Value::Object(response));
+            return self.replay(&stored, &id, now_ms);
         }
         let o = request.as_object().expect("checked object");
         for required in ["subject", "action", "estimate"] {
@@ -460,6 +523,7 @@ impl SimServer {
         self.next_id += 1;
         let id = format!("rsv-{}", self.next_id);
         let expires_at_ms = now_ms.saturating_add(granted);
+        let remaining = self.remaining_value(expires_at_ms, true, now_ms);
         let estimate = o.get("estimate").cloned().unwrap_or(Value::Null);
         let overage_reject = o.get("overage_policy").and_then(Value::as_str) == Some("REJECT");
         let mut response = Map::new();
@@ -474,6 +538,7 @@ impl SimServer {
             request: request_text,
             response: Some(compact(&Value::Object(response.clone()))),
             expires_at_ms,
+            remaining_ttl_ms: remaining,
         };
         self.create_keys.insert(key, (id.clone(), stored));
         self.expiries.push(Reverse((expires_at_ms, id.clone())));
@@ -494,7 +559,7 @@ impl SimServer {
                 release_keys: HashMap::new(),
             },
         );
-        self.remaining_field(&mut response, expires_at_ms, true, now_ms);
+        self.remaining_field(&mut response, remaining);
         SimResponse::json(200, &Value::Object(response))
     }
 
@@ -520,13 +585,10 @@ impl SimServer {
             .find(|(k, _)| **k == *key)
             .map(|(_, s)| s.clone())
         {
-            if stored.request != request_text {
+            if stored.request != request_text && !self.bugs.no_idempotency_mismatch {
                 return self.error(409, "IDEMPOTENCY_MISMATCH", "same key, different request");
             }
-            let live = lease.is_live(now_ms);
-            let mut response = stored.response();
-            self.remaining_field(&mut response, stored.expires_at_ms, live, now_ms);
-            return SimResponse::json(200, &Value::Object(response));
+            return self.replay(&stored, id, now_ms);
         }
         let extend_by = match request.as_object().and_then(|o| int(o, "extend_by_ms")) {
             Some(e) if (1..=86_400_000).contains(&e) => e,
@@ -561,10 +623,12 @@ impl SimServer {
         let mut response = Map::new();
         response.insert("status".into(), "ACTIVE".into());
         response.insert("expires_at_ms".into(), Value::from(expires));
+        let remaining = self.remaining_value(expires, true, now_ms);
         let stored = Stored {
             request: request_text,
             response: None,
             expires_at_ms: expires,
+            remaining_ttl_ms: remaining,
         };
         let lease = self.leases.get_mut(id).expect("looked up above");
         if lease.expires_at_ms != expires {
@@ -577,7 +641,7 @@ impl SimServer {
             lease.extend_keys.pop_front();
         }
         lease.extend_keys.push_back((key.into_boxed_str(), stored));
-        self.remaining_field(&mut response, expires, true, now_ms);
+        self.remaining_field(&mut response, remaining);
         SimResponse::json(200, &Value::Object(response))
     }
 
@@ -894,6 +958,68 @@ mod tests {
         let r = s.extend(91_001, &id, None, &extend_body("e2"));
         assert_eq!(body(&r)["remaining_ttl_ms"], 0);
         assert_eq!(s.extend(0, "nope", None, &extend_body("e5")).status, 404);
+    }
+
+    #[test]
+    fn server_bugs_break_exactly_their_rule() {
+        let mut s = SimServer::new(Policy::default());
+        let id = body(&s.create(1_000, None, &create_body("c1")))["reservation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let e1 = body(&s.extend(2_000, &id, None, &extend_body("e1")));
+        assert_eq!(
+            (
+                e1["expires_at_ms"].as_u64(),
+                e1["remaining_ttl_ms"].as_u64()
+            ),
+            (Some(121_000), Some(119_000))
+        );
+        let _ = s.extend(3_000, &id, None, &extend_body("e2"));
+        // Correct: the original expiry, remaining recomputed, 409 on a mismatch.
+        let r = body(&s.extend(5_000, &id, None, &extend_body("e1")));
+        assert_eq!(
+            (r["expires_at_ms"].as_u64(), r["remaining_ttl_ms"].as_u64()),
+            (Some(121_000), Some(116_000))
+        );
+        let other =
+            serde_json::to_vec(&json!({"idempotency_key": "e1", "extend_by_ms": 1})).unwrap();
+        assert_eq!(s.extend(5_000, &id, None, &other).status, 409);
+        // Stale remaining.
+        s.bugs.replay_stale_remaining = true;
+        let r = body(&s.extend(5_000, &id, None, &extend_body("e1")));
+        assert_eq!(
+            (r["expires_at_ms"].as_u64(), r["remaining_ttl_ms"].as_u64()),
+            (Some(121_000), Some(119_000))
+        );
+        let r = body(&s.create(5_000, None, &create_body("c1")));
+        assert_eq!(r["remaining_ttl_ms"].as_u64(), Some(60_000));
+        s.bugs = ServerBugs::default();
+        // Changed body: the current expiry.
+        s.bugs.replay_changed_body = true;
+        let r = body(&s.extend(5_000, &id, None, &extend_body("e1")));
+        assert_eq!(
+            (r["expires_at_ms"].as_u64(), r["remaining_ttl_ms"].as_u64()),
+            (Some(181_000), Some(116_000))
+        );
+        s.bugs = ServerBugs::default();
+        // No 409: the mismatched request is answered as a replay.
+        s.bugs.no_idempotency_mismatch = true;
+        let r = s.extend(5_000, &id, None, &other);
+        assert_eq!(r.status, 200);
+        assert_eq!(body(&r)["expires_at_ms"].as_u64(), Some(121_000));
+        let mut c = serde_json::from_slice::<Value>(&create_body("c1")).unwrap();
+        c["ttl_ms"] = json!(2_000);
+        let r = s.create(5_000, None, &serde_json::to_vec(&c).unwrap());
+        assert_eq!(body(&r)["reservation_id"].as_str(), Some(id.as_str()));
+        s.bugs = ServerBugs::default();
+        // A clock 50 % fast from the first request (1_000): at 5_000 it reads 7_000.
+        s.bugs.remaining_clock_permille = Some(1_500);
+        let r = body(&s.extend(5_000, &id, None, &extend_body("e3")));
+        assert_eq!(
+            (r["expires_at_ms"].as_u64(), r["remaining_ttl_ms"].as_u64()),
+            (Some(241_000), Some(234_000))
+        );
     }
 
     #[test]

@@ -826,6 +826,96 @@ impl Drop for Driver {
     }
 }
 
+/// One-off requests with the driver's HTTP client, outside any heartbeat
+/// (what `leasebeat probe` uses to check a server from the outside).
+///
+/// Same agent as the [`Driver`]'s: HTTP/1.1 over ureq (rustls), no
+/// redirects followed, no proxy from the environment, every status a
+/// response, bodies above [`MAX_BODY_BYTES`] not read. Each request sends
+/// `X-Cycles-API-Key`, `Content-Type: application/json` and, when given,
+/// `X-Idempotency-Key`, and is bounded end to end by its own timeout.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use leasebeat::driver::{ApiKey, Client};
+/// let client = Client::new("http://127.0.0.1:7878", ApiKey::new("k")).unwrap();
+/// let body = br#"{"idempotency_key":"k-1","reason":"done"}"#;
+/// let x = client.post("/v1/reservations/rsv-1/release", Some("k-1"), body, Duration::from_secs(5));
+/// println!("{:?} in {} ns", x.outcome.map(|r| r.status), x.received_ns - x.sent_ns);
+/// ```
+pub struct Client {
+    base: String,
+    api_key: ApiKey,
+    agent: ureq::Agent,
+}
+
+/// What one [`Client::post`] observed.
+#[derive(Clone, Debug)]
+pub struct Exchange {
+    /// [`clock::now_ns`] just before the request was handed to the agent.
+    pub sent_ns: u64,
+    /// [`clock::now_ns`] once the complete response (or the failure) was
+    /// observed.
+    pub received_ns: u64,
+    /// The complete response (any status), or why there was none.
+    pub outcome: Result<Response, TransportFailure>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("api_key", &self.api_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client for `base_url` (`http://` or `https://`; a trailing `/` is
+    /// ignored). The API key is checked as [`Driver::new`] checks it.
+    pub fn new(base_url: &str, api_key: ApiKey) -> Result<Client, DriverError> {
+        let base = check_base(base_url)?.to_owned();
+        api_key.check()?;
+        Ok(Client {
+            base,
+            api_key,
+            agent: http::agent(1),
+        })
+    }
+
+    /// The base URL, without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// `POST {base}{path}` with `body`, bounded by `timeout` end to end
+    /// (DNS, connect, send, receive, body), on the calling thread. `path`
+    /// starts with `/` and is sent as given (percent-encode ids yourself).
+    pub fn post(
+        &self,
+        path: &str,
+        idempotency_key: Option<&str>,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Exchange {
+        let url = format!("{}{path}", self.base);
+        let sent_ns = clock::now_ns();
+        let (outcome, received_ns) = http::post(
+            &self.agent,
+            &url,
+            self.api_key.expose(),
+            idempotency_key,
+            body,
+            timeout.max(Duration::from_millis(1)),
+        );
+        Exchange {
+            sent_ns,
+            received_ns,
+            outcome,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -858,6 +948,28 @@ mod tests {
             assert!(!err.to_string().contains("sekrit"), "{err}");
         }
         assert!(ApiKey::new("ok key\twith-tab").check().is_ok());
+    }
+
+    #[test]
+    fn client_checks_its_url_and_key_and_reports_a_refused_connection() {
+        assert!(matches!(
+            Client::new("ftp://x", ApiKey::new("k")),
+            Err(DriverError::BadUrl(_))
+        ));
+        assert!(matches!(
+            Client::new("http://127.0.0.1:1", ApiKey::new("a\nb")),
+            Err(DriverError::BadApiKey(_))
+        ));
+        let c = Client::new("http://127.0.0.1:1/", ApiKey::new("sekrit")).unwrap();
+        assert_eq!(c.base_url(), "http://127.0.0.1:1");
+        assert!(!format!("{c:?}").contains("sekrit"));
+        // Port 1 on loopback: nothing listens there.
+        let x = c.post("/v1/reservations", None, b"{}", Duration::from_secs(2));
+        assert!(x.received_ns >= x.sent_ns);
+        assert!(matches!(
+            x.outcome,
+            Err(TransportFailure::Connect | TransportFailure::Reset)
+        ));
     }
 
     #[test]
