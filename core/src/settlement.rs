@@ -5,26 +5,7 @@
 //! report what happened, and every call returns a [`SettlementDecision`]
 //! that prints as one JSON line.
 //!
-//! ```
-//! use leasebeat::{Now, ResponseRef, Settlement, SettlementAction, SettlementConfig, SettleOutcome};
-//! let config = SettlementConfig::commit("r-1", br#"{"actual":{"unit":"TOKENS","amount":900}}"#.to_vec());
-//! let mut s = Settlement::new(config, Now::new(0, 1_785_585_600_000)).unwrap();
-//! // The record must be durable before the commit leaves (J-1, SP-3).
-//! let SettlementAction::Persist(record) = s.poll_action() else { unreachable!() };
-//! let _file_text = record.to_json(); // the journal writes this
-//! s.handle_persisted(1_000_000).unwrap();
-//! let SettlementAction::Send(attempt) = s.poll_action() else { unreachable!() };
-//! let (id, key) = (attempt.id, attempt.key.clone());
-//! assert_eq!(attempt.endpoint.as_str(), "commit");
-//! s.handle_sent(id, 1_000_000).unwrap();
-//! let body = br#"{"status":"COMMITTED","charged":{"unit":"TOKENS","amount":900}}"#;
-//! let d = s
-//!     .handle_response(id, ResponseRef::new(200, body), Now::new(30_000_000, 1_785_585_600_030))
-//!     .unwrap();
-//! assert_eq!(d.outcome(), Some(SettleOutcome::Committed));
-//! assert_eq!(d.to_string(), r#"{"class":"success","heartbeat":"stop","mode":"commit","next":"done","outcome":"committed","record":"remove","status":200}"#);
-//! assert_eq!(s.key(), key); // ST-1: one key
-//! ```
+//! See [`Settlement`] for an example.
 //!
 //! Decisions on points `settlement.md` leaves open are listed on
 //! [`Settlement`].
@@ -678,6 +659,27 @@ enum Class {
 /// Every `now` is monotonic and must not go backwards
 /// ([`ErrorKind::TimeWentBackwards`]); a call after the end is refused with
 /// [`ErrorKind::Stopped`].
+///
+/// ```
+/// use leasebeat::{Now, ResponseRef, Settlement, SettlementAction, SettlementConfig, SettleOutcome};
+/// let config = SettlementConfig::commit("r-1", br#"{"actual":{"unit":"TOKENS","amount":900}}"#.to_vec());
+/// let mut s = Settlement::new(config, Now::new(0, 1_785_585_600_000)).unwrap();
+/// // The record must be durable before the commit leaves (J-1, SP-3).
+/// let SettlementAction::Persist(record) = s.poll_action() else { unreachable!() };
+/// let _file_text = record.to_json(); // the journal writes this
+/// s.handle_persisted(1_000_000).unwrap();
+/// let SettlementAction::Send(attempt) = s.poll_action() else { unreachable!() };
+/// let (id, key) = (attempt.id, attempt.key.clone());
+/// assert_eq!(attempt.endpoint.as_str(), "commit");
+/// s.handle_sent(id, 1_000_000).unwrap();
+/// let body = br#"{"status":"COMMITTED","charged":{"unit":"TOKENS","amount":900}}"#;
+/// let d = s
+///     .handle_response(id, ResponseRef::new(200, body), Now::new(30_000_000, 1_785_585_600_030))
+///     .unwrap();
+/// assert_eq!(d.outcome(), Some(SettleOutcome::Committed));
+/// assert_eq!(d.to_string(), r#"{"class":"success","heartbeat":"stop","mode":"commit","next":"done","outcome":"committed","record":"remove","status":200}"#);
+/// assert_eq!(s.key(), key); // ST-1: one key
+/// ```
 ///
 /// Decisions on points `settlement.md` leaves open:
 ///
