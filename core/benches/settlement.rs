@@ -5,6 +5,7 @@
 //!   the 200 extend body, poll_action), the reference.
 //! * `settle/commit_success_decision`: `handle_response` of the exact 200 CommitResponse
 //!   for a commit in flight (the common terminal decision; setup not timed).
+//! * `schema/commit_response`: the strict CommitResponse check alone.
 //! * `settle/transient_retry_decision`: handle_sent, a 503, poll_action, in a settlement
 //!   that keeps retrying (the repeating decision, like the heartbeat's).
 //! * `settle/full_commit_uuid`: the whole settlement of one commit: build it from its
@@ -88,6 +89,9 @@ fn benches(c: &mut Criterion) {
             black_box(d);
             (id, at) = due(&hb);
         })
+    });
+    c.bench_function("schema/commit_response", |b| {
+        b.iter(|| leasebeat::schema::commit_response(black_box(COMMIT_OK)).expect("valid"))
     });
     c.bench_function("settle/commit_success_decision", |b| {
         b.iter_batched(

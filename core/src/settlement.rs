@@ -714,7 +714,8 @@ pub struct Settlement {
     /// The durable record (commit and event modes; `None` for a release).
     record: Option<SettlementRecord>,
     key: String,
-    release_body: Vec<u8>,
+    /// The exact body of the current mode (serialized once per mode).
+    body: Vec<u8>,
     retry: RetryPolicy,
     /// Failed requests in the current mode.
     failures: u32,
@@ -817,7 +818,7 @@ impl Settlement {
                 mode: SettleMode::Commit,
                 record: None,
                 key: String::new(),
-                release_body: Vec::new(),
+                body: Vec::new(),
                 retry,
                 failures: 0,
                 next_attempt_id: 1,
@@ -846,7 +847,7 @@ impl Settlement {
             },
             record: None,
             key,
-            release_body: Vec::new(),
+            body: Vec::new(),
             retry,
             failures: 0,
             next_attempt_id: 1,
@@ -861,7 +862,7 @@ impl Settlement {
             if let Some(r) = release_reason {
                 body.insert("reason".into(), Value::from(r));
             }
-            s.release_body = to_bytes(&body);
+            s.body = to_bytes(&body);
             s.install(now.mono_ns);
             let mut d = s.send_decision(SettleClass::Start);
             d.record = None;
@@ -880,6 +881,7 @@ impl Settlement {
             recorded_at_ms: now.wall_ms,
             not_before_ms: None,
         });
+        s.refresh_body();
         s.phase = Phase::Persist(After::Send {
             planned_ns: now.mono_ns,
         });
@@ -915,7 +917,7 @@ impl Settlement {
             mode,
             record: Some(record),
             key,
-            release_body: Vec::new(),
+            body: Vec::new(),
             retry,
             failures: 0,
             next_attempt_id: 1,
@@ -924,6 +926,7 @@ impl Settlement {
             attempt: None,
             last: SettlementDecision::new(SettleNext::Wait, mode, SettleClass::Restart),
         };
+        s.refresh_body();
         s.install(due_after(now.mono_ns, wait_ms));
         let mut d = s.send_decision(SettleClass::Restart);
         if wait_ms > 0 {
@@ -1202,19 +1205,15 @@ impl Settlement {
         Error::new(ErrorKind::NotOutstanding, msg)
     }
 
-    /// The body of the current mode.
-    fn body(&self) -> Vec<u8> {
-        match (self.mode, &self.record) {
-            (SettleMode::Release, _) => self.release_body.clone(),
-            (SettleMode::Commit, Some(r)) => {
-                r.commit_body.as_ref().map(to_bytes).unwrap_or_default()
-            }
-            (SettleMode::Event, Some(r)) => r
-                .event_fallback_body
-                .as_ref()
-                .map(to_bytes)
-                .unwrap_or_default(),
-            _ => Vec::new(),
+    /// Serializes the body of the current mode (commit or event) from the record.
+    fn refresh_body(&mut self) {
+        let body = match (self.mode, &self.record) {
+            (SettleMode::Commit, Some(r)) => r.commit_body.as_ref(),
+            (SettleMode::Event, Some(r)) => r.event_fallback_body.as_ref(),
+            _ => None,
+        };
+        if let Some(b) = body {
+            self.body = to_bytes(b);
         }
     }
 
@@ -1226,7 +1225,7 @@ impl Settlement {
             id,
             endpoint: self.mode.endpoint(),
             key: self.key.clone(),
-            body: self.body(),
+            body: self.body.clone(),
             due_ns,
             number: self.failures.saturating_add(1),
             sent_ns: None,
@@ -1391,6 +1390,7 @@ impl Settlement {
             r.recorded_at_ms = now.wall_ms;
         }
         self.mode = SettleMode::Event;
+        self.refresh_body();
         self.failures = 0;
         self.attempt = None;
         self.phase = Phase::Persist(After::Send {
