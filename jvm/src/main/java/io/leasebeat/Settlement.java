@@ -274,6 +274,9 @@ public final class Settlement implements AutoCloseable {
     /**
      * Checks that no value is negative.
      *
+     * @param maxAttempts requests of one mode per run
+     * @param initialMillis the delay after the first failure in ms
+     * @param maxMillis the longest delay between attempts in ms
      * @throws IllegalArgumentException for a negative value
      */
     public RetryPolicy {
