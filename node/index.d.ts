@@ -159,6 +159,124 @@ export declare class Heartbeat {
 }
 
 /**
+ * The settlement of one reservation: a sans-IO state machine (rules
+ * ST-1..ST-11 of the settlement contract, all decided by the Rust core).
+ *
+ * Build it with `new Settlement(options, now, wallMs)` (a commit or a
+ * release) or `Settlement.fromRecord(record, now, wallMs)` (a restart from
+ * the durable record alone). Do what `pollAction()` asks (persist the
+ * record, send an attempt at its due time) and report it with
+ * `handlePersisted` / `handlePersistFailed`, `handleSent`, then
+ * `handleResponse` or `handleFailure`; every report returns a
+ * `SettlementDecision`. A call that throws changes nothing.
+ *
+ * `now` is a `number` of monotonic milliseconds (fractions allowed, e.g.
+ * `performance.now()`) or a `bigint` of nanoseconds (e.g.
+ * `process.hrtime.bigint()`), never going backwards; `wallMs` is the wall
+ * clock in Unix milliseconds (e.g. `Date.now()`; a non-negative integer
+ * `number`, or a `bigint`), which `not_before_ms` is measured on (it
+ * survives a restart). Every method is synchronous and fast.
+ */
+export declare class Settlement {
+  /**
+   * A settlement of one reservation: a commit of a known actual (the first
+   * action is `persist` of its record: the commit goes once it is
+   * acknowledged), a commit with `commit: null` (done at once,
+   * `'no_actual'`), or a release (`release: true`: the release is due at
+   * `now`, nothing is journaled).
+   *
+   * Throws a `TypeError`/`RangeError` (`ERR_LEASEBEAT_INVALID_ARGUMENT`)
+   * for malformed options or times, a `RangeError`
+   * (`ERR_LEASEBEAT_INVALID_CONFIG`) for what the core refuses (a
+   * reservation id outside 1..=128 characters or with a control character,
+   * a commit body that is not a JSON object with a valid `actual`, an
+   * amount beyond 2^63-1, a body with `idempotency_key`, an event without
+   * `subject` and `action`, a bad retry policy, ...).
+   */
+  constructor(options: SettlementOptions, now: number | bigint, wallMs: number | bigint)
+  /**
+   * A settlement rebuilt from its durable record alone (a restart, SP-4):
+   * the record's key and mode, a fresh attempt count; the first request is
+   * due `max(0, notBeforeMs - wallMs)` after `now` (at most 3600 s), and
+   * nothing is persisted until the record changes. `record` is the record
+   * file's text (a string or bytes).
+   *
+   * Throws a `RangeError` (`ERR_LEASEBEAT_INVALID_ARGUMENT`) for a record
+   * the core refuses (not JSON, another version, a missing or mismatched
+   * key, ...: a journal quarantines it, J-4), and a `RangeError`
+   * (`ERR_LEASEBEAT_INVALID_CONFIG`) for a bad retry policy.
+   */
+  static fromRecord(record: string | Uint8Array | ArrayBuffer, now: number | bigint, wallMs: number | bigint, options?: RestartOptions): Settlement
+  /**
+   * What the caller must do now: persist the record, send an attempt,
+   * wait for its outcome, or nothing (done).
+   */
+  pollAction(): SettlementAction
+  /**
+   * When the next attempt is due, in nanoseconds, if one waits to be
+   * sent; else `null`.
+   */
+  pollTimeout(): bigint | null
+  /** The record of the last `persist` action is durable (at time `now`). */
+  handlePersisted(now: number | bigint): SettlementDecision
+  /**
+   * The write of the last `persist` action failed (at time `now`;
+   * `message` says why): the request goes anyway at the same due time
+   * (SP-3), and the decision carries the warning `'persist_failed'`.
+   */
+  handlePersistFailed(message: string, now: number | bigint): SettlementDecision
+  /** The caller sent attempt `attemptId` at time `now`. */
+  handleSent(attemptId: number | bigint, now: number | bigint): SettlementDecision
+  /**
+   * The HTTP response to attempt `attemptId`, observed at time `now`
+   * (after its complete body) and wall-clock `wallMs` (a `Retry-After`
+   * floor is measured on it). `response.timingUnknown` is accepted and
+   * not used.
+   */
+  handleResponse(attemptId: number | bigint, response: ResponseInit, now: number | bigint, wallMs: number | bigint): SettlementDecision
+  /**
+   * A transport failure (`'timeout'`, `'connect'` or `'reset'`) of
+   * attempt `attemptId`, observed at time `now`: transient (ST-3).
+   */
+  handleFailure(attemptId: number | bigint, failure: TransportFailure, now: number | bigint): SettlementDecision
+  /**
+   * Releases the native state. Idempotent. Every later call (except
+   * `close()` and the `closed` getter) throws `ERR_LEASEBEAT_CLOSED`.
+   */
+  close(): void
+  /** True once `close()` was called. */
+  get closed(): boolean
+  /** The reservation id. */
+  get reservationId(): string
+  /** The settlement's one idempotency key (`''` for `'no_actual'`). */
+  get key(): string
+  /** The current mode. */
+  get mode(): SettleMode
+  /** The outcome once done, else `null`. */
+  get outcome(): SettleOutcome | null
+  /** The failed requests of the current mode in this run. */
+  get failures(): number
+  /**
+   * The record as it is (or is to be) persisted; `null` for a release and
+   * for `'no_actual'`.
+   */
+  get record(): SettlementRecord | null
+  /** The attempt to send or in flight, or `null`. */
+  get attempt(): SettleAttempt | null
+  /**
+   * The most recent decision (the first one is made when the settlement
+   * is built).
+   */
+  get lastDecision(): SettlementDecision
+  /**
+   * The most recent decision as one JSON line, members in lexicographic
+   * order, in the settlement vectors' vocabulary (`next`, `at` in ms,
+   * `record`, `outcome`, ...), for logs.
+   */
+  get lastDecisionJson(): string
+}
+
+/**
  * What the caller must do now, a union discriminated by `type`:
  *
  * * `{ type: 'send', attempt }`: send `attempt` at `attempt.dueNs`, then
@@ -362,6 +480,13 @@ export interface Decision {
 export declare const DEFAULT_TTL_MS: number
 
 /**
+ * The endpoint an attempt goes to: `'commit'`
+ * (`POST /v1/reservations/{id}/commit`), `'event'` (`POST /v1/events`) or
+ * `'release'` (`POST /v1/reservations/{id}/release`).
+ */
+export type Endpoint = 'commit' | 'event' | 'release'
+
+/**
  * Every `code` an error thrown by this package can carry. The strings are
  * stable; the core's kinds appear as `ERR_LEASEBEAT_<CORE_CODE_UPPER>`.
  */
@@ -545,6 +670,21 @@ export interface PrimarySchedule {
   nextDelay: number | bigint
 }
 
+/** The mode stored in a durable record: `'commit'` or `'event'`. */
+export type RecordMode = 'commit' | 'event'
+
+/**
+ * What happens to the durable record with a decision, a union
+ * discriminated by `type`: `{ type: 'write', mode, notBeforeMs }` (the
+ * decision's `next` is `'persist'`; the whole record is
+ * `settlement.record`), `{ type: 'remove' }` (J-5: only after a success or
+ * an understood rejection) or `{ type: 'keep' }` (for a later replay).
+ */
+export type RecordUpdate =
+  | { type: 'write'; mode: RecordMode; notBeforeMs: number | bigint | null }
+  | { type: 'remove' }
+  | { type: 'keep' }
+
 /**
  * An HTTP response to the outstanding attempt, as raw as it arrived.
  * Unknown properties are refused.
@@ -572,6 +712,12 @@ export interface ResponseInit {
   timingUnknown?: boolean
 }
 
+/** The options of `Settlement.fromRecord`. Unknown properties are refused. */
+export interface RestartOptions {
+  /** The retry policy; absent: the defaults. */
+  retry?: RetryOptions
+}
+
 /** A parsed `Retry-After`: `ms` on success, else `error`. */
 export interface RetryAfter {
   /** The delay in milliseconds, or `null` when unusable. */
@@ -582,6 +728,22 @@ export interface RetryAfter {
 
 /** Why a `Retry-After` value cannot be used. */
 export type RetryAfterError = 'missing' | 'multiple' | 'invalid' | 'overflow'
+
+/**
+ * The retry policy of a settlement (ST-3, SP-1). Absent members take
+ * their defaults. Unknown properties are refused.
+ */
+export interface RetryOptions {
+  /** Requests of one mode in one process run, at least 1 (default 5). */
+  maxAttempts?: number | bigint
+  /** The delay after the first failure in ms (default 500); it doubles. */
+  initialMs?: number | bigint
+  /**
+   * The longest delay between attempts in ms (default 30000), at least
+   * `initialMs`.
+   */
+  maxMs?: number | bigint
+}
 
 /**
  * `retry_reserve = 2 x attempt_budget + safety_margin`, saturating to
@@ -610,6 +772,212 @@ export interface RetryWindow {
 
 /** `safety_margin = max(1000, 2 x max_rtt)`. */
 export declare function safetyMargin(maxRttMs: number | bigint): number | bigint
+
+/** One request the caller must send (or has sent). */
+export interface SettleAttempt {
+  /**
+   * Identifies this attempt in `handleSent`, `handleResponse` and
+   * `handleFailure`; 1 for the first of a settlement, counting on across
+   * modes.
+   */
+  id: number
+  /** Where it goes. */
+  endpoint: Endpoint
+  /**
+   * The idempotency key, for both the `X-Idempotency-Key` header and the
+   * body (ST-1: the same for every attempt of the settlement).
+   */
+  key: string
+  /**
+   * The exact JSON request body, byte-identical for every attempt of one
+   * mode. A `Buffer` at run time (typed as `Uint8Array<ArrayBuffer>`).
+   */
+  body: Uint8Array<ArrayBuffer>
+  /** The same body as a string (it is always UTF-8 JSON). */
+  bodyText: string
+  /**
+   * When to send it, in milliseconds on the caller's monotonic clock.
+   * Fractions are approximate; `dueNs` is exact.
+   */
+  dueMs: number
+  /** When to send it, in nanoseconds. */
+  dueNs: bigint
+  /** Its ordinal within its mode, 1-based (SP-1). */
+  number: number
+  /** When the caller reported sending it (nanoseconds), or `null`. */
+  sentNs: bigint | null
+}
+
+/** How the event behind a settlement decision was classified. */
+export type SettleClass = 'start' | 'restart' | 'persisted' | 'persist_failed' | 'sent' | 'success' | 'ambiguous' | 'transport' | 'server_error' | 'throttled' | 'expired' | 'auth' | 'rejected' | 'unclassified'
+
+/**
+ * What a settlement's `pollAction()` asks for, a union discriminated by
+ * `type`:
+ *
+ * * `{ type: 'persist', record }`: make `record.json` durable, then call
+ *   `handlePersisted` (or `handlePersistFailed`); nothing is sent before;
+ * * `{ type: 'send', attempt }`: send `attempt` at `attempt.dueNs`, then
+ *   call `handleSent`;
+ * * `{ type: 'wait', attempt }`: `attempt` is in flight, report its outcome
+ *   with `handleResponse` or `handleFailure`;
+ * * `{ type: 'done', outcome }`: the settlement ended.
+ */
+export type SettlementAction =
+  | { type: 'persist'; record: SettlementRecord }
+  | { type: 'send'; attempt: SettleAttempt }
+  | { type: 'wait'; attempt: SettleAttempt }
+  | { type: 'done'; outcome: SettleOutcome }
+
+/**
+ * One decision of a settlement: the answer to every call. A field is
+ * `null` when it does not apply. `settlement.lastDecisionJson` prints it as
+ * one JSON line (the vectors' vocabulary).
+ */
+export interface SettlementDecision {
+  /** What comes next. */
+  next: SettleNext
+  /**
+   * Due time of the next send in milliseconds on the caller's monotonic
+   * clock (a send only). Fractions are approximate; `atNs` is exact.
+   */
+  at: number | null
+  /** Due time of the next send in nanoseconds (a send only). */
+  atNs: bigint | null
+  /**
+   * The ordinal of the next request within its mode, 1-based (a send or
+   * a wait).
+   */
+  attempt: number | null
+  /** The mode after this decision. */
+  mode: SettleMode
+  /**
+   * What happens to the durable record (`null` for a release and when
+   * nothing changes).
+   */
+  record: RecordUpdate | null
+  /** How the deciding event was classified. */
+  class: SettleClass
+  /** The server's error code, where one decided (or was given). */
+  code: string | null
+  /** The HTTP status of the deciding response. */
+  status: number | null
+  /**
+   * The delay chosen after a failure in ms (SP-1, ST-4). A `number` (a
+   * `bigint` beyond 2^53-1).
+   */
+  delayMs: number | bigint | null
+  /**
+   * The wall-clock floor set by this decision (ST-4), Unix ms. A
+   * `number` (a `bigint` beyond 2^53-1).
+   */
+  notBeforeMs: number | bigint | null
+  /** Warnings, in order of appearance. */
+  warnings: Array<SettleWarning>
+  /** A human-readable detail. */
+  detail: string | null
+  /** The outcome, when `next` is `'done'`. */
+  outcome: SettleOutcome | null
+  /**
+   * ST-11: stop the heartbeat now (the outcome is final, or the
+   * reservation is gone: event mode).
+   */
+  stopHeartbeat: boolean
+}
+
+/**
+ * The options of `new Settlement(options, now, wallMs)`. Unknown
+ * properties are refused.
+ */
+export interface SettlementOptions {
+  /** The reservation: 1..=128 characters, no control characters. */
+  reservationId: string
+  /** The server, stored in the record (default `''`); at most 4096 bytes. */
+  baseUrl?: string
+  /**
+   * Required for a commit: the commit body without its key (`actual`, an
+   * `Amount`, and optional `metrics` and `metadata`) as JSON data (bigints
+   * are written as exact integers) or as its JSON text (a string or bytes,
+   * passed byte for byte); `null` when no actual amount is known (then
+   * nothing is sent: outcome `'no_actual'`, ST-10). Absent for a release.
+   */
+  commit?: Record<string, unknown> | string | Uint8Array | ArrayBuffer | null
+  /**
+   * What the expired-commit fallback adds (`subject`, `action`), as JSON
+   * data or text; absent or `null`: no fallback (a 410 then ends
+   * `'expired_unrecorded'`).
+   */
+  event?: Record<string, unknown> | string | Uint8Array | ArrayBuffer | null
+  /**
+   * `true` for a release (work that used nothing): then no `commit` and no
+   * `event`.
+   */
+  release?: boolean
+  /** The release's `reason` (at most 256 characters), for a release only. */
+  releaseReason?: string | null
+  /** The retry policy; absent: the defaults. */
+  retry?: RetryOptions
+  /**
+   * Deterministic keys `"<prefix>1"` instead of a random UUIDv4 key. For
+   * tests and replays only.
+   */
+  keyPrefix?: string
+}
+
+/**
+ * The durable record of a commit or event settlement (runcycles Python
+ * 0.5.3's journal layout, version 1), as it is (or is to be) persisted.
+ */
+export interface SettlementRecord {
+  /** The reservation. */
+  reservationId: string
+  /** The server (`''` when none was given). */
+  baseUrl: string
+  /** The mode to settle in. */
+  mode: RecordMode
+  /** The settlement's one idempotency key (inside the record's bodies). */
+  key: string
+  /**
+   * When this version of the record was made, wall-clock Unix ms. A
+   * `number` (a `bigint` beyond 2^53-1).
+   */
+  recordedAtMs: number | bigint
+  /**
+   * No request before this wall-clock instant (Unix ms), or `null`. A
+   * `number` (a `bigint` beyond 2^53-1).
+   */
+  notBeforeMs: number | bigint | null
+  /**
+   * The record file's exact text: write these bytes (J-1), and give them
+   * back to `Settlement.fromRecord` after a restart.
+   */
+  json: string
+}
+
+/**
+ * What a settlement is doing: `'commit'`, `'event'` (the expired-commit
+ * fallback, ST-5) or `'release'`.
+ */
+export type SettleMode = 'commit' | 'event' | 'release'
+
+/**
+ * What comes after a settlement decision: `'persist'` the record, send a
+ * `'commit'`, `'event'` or `'release'`, `'wait'` for the attempt in flight,
+ * or `'done'`.
+ */
+export type SettleNext = 'persist' | 'commit' | 'event' | 'release' | 'wait' | 'done'
+
+/**
+ * How a settlement ended. The strings are stable and the same in every
+ * language.
+ */
+export type SettleOutcome = 'committed' | 'applied' | 'released' | 'rejected' | 'auth_failed' | 'unclassified' | 'exhausted' | 'expired_unrecorded' | 'no_actual'
+
+/** Every settlement outcome, in a fixed order. */
+export declare function settleOutcomes(): Array<SettleOutcome>
+
+/** A warning carried by a settlement decision. */
+export type SettleWarning = 'persist_failed' | 'retry_after_unusable' | 'retry_after_capped'
 
 /**
  * Why a heartbeat stopped. The strings are stable and the same in every

@@ -42,6 +42,7 @@
 //! never used after it was freed (its monitor plus a `Cleaner`).
 
 mod pool;
+mod settlement;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;

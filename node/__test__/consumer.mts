@@ -111,3 +111,49 @@ export const retryAfter: number | bigint | null = parseRetryAfter(['2']).ms
 export const reasons: StopReason[] = stopReasons()
 export const codes: ErrorCode[] = errorCodes()
 export const zero: bigint = msToNs(0)
+
+// The settlement: the action union narrows, the decision's fields are typed.
+import {
+  Settlement,
+  settleOutcomes,
+  type SettlementAction,
+  type SettlementDecision,
+  type SettlementOptions,
+  type SettleOutcome,
+  type RecordUpdate
+} from 'leasebeat'
+
+export function settle (reservationId: string): SettleOutcome | null {
+  const options: SettlementOptions = {
+    reservationId,
+    commit: { actual: { unit: 'TOKENS', amount: 900n } },
+    event: '{"subject":{"tenant":"acme"},"action":{"kind":"llm","name":"x"}}',
+    retry: { maxAttempts: 3 }
+  }
+  const s = new Settlement(options, performance.now(), Date.now())
+  const action: SettlementAction = s.pollAction()
+  if (action.type === 'persist') {
+    const text: string = action.record.json
+    const floor: number | bigint | null = action.record.notBeforeMs
+    void text
+    void floor
+    s.handlePersisted(performance.now())
+  } else if (action.type === 'send' || action.type === 'wait') {
+    const body: Uint8Array = action.attempt.body
+    void body
+  }
+  const d: SettlementDecision = s.handleFailure(1, 'timeout', 2n)
+  const r: RecordUpdate | null = d.record
+  if (r !== null && r.type === 'write') {
+    const mode: 'commit' | 'event' = r.mode
+    void mode
+  }
+  // @ts-expect-error: a commit needs the wall clock too
+  void new Settlement(options, 0)
+  // @ts-expect-error: the reservation id is required
+  void new Settlement({ commit: null }, 0, 0)
+  const restarted = Settlement.fromRecord(s.record?.json ?? '', 0, Date.now(), { retry: { maxMs: 1000 } })
+  const all: SettleOutcome[] = settleOutcomes()
+  void all
+  return restarted.outcome
+}

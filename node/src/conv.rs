@@ -965,3 +965,168 @@ pub fn adopted_create(env: &Env, v: &Unknown<'_>) -> R<lb::AdoptedCreate> {
         outcome,
     })
 }
+
+// ----- settlement -----
+
+/// A settlement's options, checked: the core configuration and the optional
+/// key prefix.
+pub struct SettlementOptions {
+    /// The core configuration.
+    pub config: lb::SettlementConfig,
+    /// Deterministic keys (`"<prefix>1"`) instead of UUIDv4 keys.
+    pub key_prefix: Option<String>,
+}
+
+/// A JSON document given either as JSON data (a plain object, with bigints
+/// written as exact integers) or as its raw text (a string, a `Buffer`, a
+/// `Uint8Array` or an `ArrayBuffer`, passed to the core byte for byte). The
+/// core checks what the document must contain.
+pub fn json_document(v: &Unknown<'_>, what: &str) -> R<Vec<u8>> {
+    let t = type_of(v, what)?;
+    if t == ValueType::Object
+        && !v.is_array().map_err(|e| napi_fail(what, &e))?
+        && !v.is_typedarray().map_err(|e| napi_fail(what, &e))?
+        && !v.is_arraybuffer().map_err(|e| napi_fail(what, &e))?
+    {
+        let value = json(v, what, 0)?;
+        return serde_json::to_vec(&value)
+            .map_err(|e| Fail::range(format!("{what} cannot be written as JSON: {e}")));
+    }
+    match t {
+        ValueType::String | ValueType::Object => body_bytes_of(v, t, what),
+        t => Err(Fail::ty(format!(
+            "{what} must be an object (JSON data) or its JSON text (a string or bytes), got {}",
+            describe(t)
+        ))),
+    }
+}
+
+/// A wall-clock instant in Unix milliseconds: a non-negative safe-integer
+/// number (e.g. `Date.now()`) or a bigint up to 2^64-1.
+pub fn wall_ms(v: &Unknown<'_>, what: &str) -> R<u64> {
+    integer_u64(v, what)
+}
+
+/// The optional `retry` member: `{ maxAttempts?, initialMs?, maxMs? }`, each
+/// absent one at its default.
+fn retry_policy(o: &Object<'_>, what: &str) -> R<lb::RetryPolicy> {
+    let mut retry = lb::RetryPolicy::default();
+    let Some(r) = prop(o, "retry", what)? else {
+        return Ok(retry);
+    };
+    let what = format!("{what}.retry");
+    let r = object(&r, &what)?;
+    only_keys(&r, &what, &["maxAttempts", "initialMs", "maxMs"])?;
+    if let Some(v) = prop(&r, "maxAttempts", &what)? {
+        let w = format!("{what}.maxAttempts");
+        let n = integer_u64(&v, &w)?;
+        retry.max_attempts = u32::try_from(n)
+            .map_err(|_| Fail::range(format!("{w} must be at most 2^32-1, got {n}")))?;
+    }
+    if let Some(v) = prop(&r, "initialMs", &what)? {
+        retry.initial_ms = integer_u64(&v, &format!("{what}.initialMs"))?;
+    }
+    if let Some(v) = prop(&r, "maxMs", &what)? {
+        retry.max_ms = integer_u64(&v, &format!("{what}.maxMs"))?;
+    }
+    Ok(retry)
+}
+
+/// The options of `new Settlement(options, now, wallMs)`.
+pub fn settlement_options(v: &Unknown<'_>) -> R<SettlementOptions> {
+    let what = "options";
+    let o = object(v, what)?;
+    only_keys(
+        &o,
+        what,
+        &[
+            "reservationId",
+            "baseUrl",
+            "commit",
+            "event",
+            "release",
+            "releaseReason",
+            "retry",
+            "keyPrefix",
+        ],
+    )?;
+    let reservation_id = match prop(&o, "reservationId", what)? {
+        Some(r) => string(&r, "options.reservationId")?,
+        None => return Err(Fail::ty("options.reservationId is required (a string)")),
+    };
+    let base_url = match prop(&o, "baseUrl", what)? {
+        Some(b) => string(&b, "options.baseUrl")?,
+        None => String::new(),
+    };
+    let release = match prop(&o, "release", what)? {
+        None => false,
+        Some(b) => match type_of(&b, "options.release")? {
+            ValueType::Boolean => read::<bool>(&b, "options.release")?,
+            t => {
+                return Err(Fail::ty(format!(
+                    "options.release must be a boolean, got {}",
+                    describe(t)
+                )));
+            }
+        },
+    };
+    let nullable_doc = |name: &str| -> R<Option<Vec<u8>>> {
+        let w = format!("options.{name}");
+        match prop(&o, name, what)? {
+            None => Ok(None),
+            Some(d) if type_of(&d, &w)? == ValueType::Null => Ok(None),
+            Some(d) => json_document(&d, &w).map(Some),
+        }
+    };
+    let commit = if !release && prop(&o, "commit", what)?.is_none() {
+        return Err(Fail::ty(
+            "options.commit is required for a commit: the commit body without its key ({ actual, metrics?, metadata? }), or null when no actual amount is known (ST-10)",
+        ));
+    } else {
+        nullable_doc("commit")?
+    };
+    let event = nullable_doc("event")?;
+    let release_reason = match prop(&o, "releaseReason", what)? {
+        None => None,
+        Some(r) if type_of(&r, "options.releaseReason")? == ValueType::Null => None,
+        Some(r) => Some(string(&r, "options.releaseReason")?),
+    };
+    let retry = retry_policy(&o, what)?;
+    let key_prefix = match prop(&o, "keyPrefix", what)? {
+        Some(p) => Some(string(&p, "options.keyPrefix")?),
+        None => None,
+    };
+    Ok(SettlementOptions {
+        config: lb::SettlementConfig {
+            reservation_id,
+            base_url,
+            commit,
+            event,
+            release,
+            release_reason,
+            retry,
+        },
+        key_prefix,
+    })
+}
+
+/// The options of `Settlement.fromRecord(record, now, wallMs, options?)`:
+/// `{ retry? }` (absent or `undefined`: the defaults).
+pub fn restart_options(v: Option<&Unknown<'_>>) -> R<lb::RetryPolicy> {
+    let what = "options";
+    let Some(v) = v else {
+        return Ok(lb::RetryPolicy::default());
+    };
+    if type_of(v, what)? == ValueType::Undefined {
+        return Ok(lb::RetryPolicy::default());
+    }
+    let o = object(v, what)?;
+    only_keys(&o, what, &["retry"])?;
+    retry_policy(&o, what)
+}
+
+/// A record file's bytes: a string or bytes (`Buffer`, `Uint8Array`,
+/// `ArrayBuffer`).
+pub fn record_bytes(v: &Unknown<'_>, what: &str) -> R<Vec<u8>> {
+    body_bytes(v, what)
+}

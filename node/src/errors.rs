@@ -36,7 +36,8 @@ pub enum ErrorCode {
     /// The attempt was already marked sent (`Error`).
     #[napi(value = "ERR_LEASEBEAT_ALREADY_SENT")]
     AlreadySent,
-    /// The heartbeat has stopped; a stop is final (`Error`).
+    /// The heartbeat has stopped, or the settlement has ended; a stop (an
+    /// end) is final (`Error`).
     #[napi(value = "ERR_LEASEBEAT_STOPPED")]
     Stopped,
     /// The key source produced an unusable key (`Error`).
@@ -176,8 +177,15 @@ impl Fail {
 /// The core's message with its Rust names replaced by the names a JavaScript
 /// caller knows (method, option and argument names of this package).
 fn js_names(message: &str) -> String {
-    const NAMES: [(&str, &str); 8] = [
+    const NAMES: [(&str, &str); 15] = [
         ("handle_sent", "handleSent"),
+        ("handle_persisted", "handlePersisted"),
+        ("handle_persist_failed", "handlePersistFailed"),
+        ("release_reason", "options.releaseReason"),
+        ("retry.max_attempts", "options.retry.maxAttempts"),
+        ("retry.initial_ms", "options.retry.initialMs"),
+        ("retry.max_ms", "options.retry.maxMs"),
+        ("base_url is", "options.baseUrl is"),
         ("handle_response", "handleResponse"),
         ("handle_failure", "handleFailure"),
         ("poll_action", "pollAction"),

@@ -24,6 +24,7 @@ mod conv;
 mod errors;
 mod fast;
 mod raw;
+mod settlement;
 
 use std::sync::{Arc, Mutex};
 
@@ -33,6 +34,7 @@ use napi_derive::napi;
 
 pub use errors::ErrorCode;
 use errors::{Class, Fail, R, run};
+pub use settlement::*;
 
 // ----- string literal unions -----
 

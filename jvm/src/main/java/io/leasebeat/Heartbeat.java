@@ -448,7 +448,7 @@ public final class Heartbeat implements AutoCloseable {
   }
 
   /** The encoded headers, or null for none. */
-  private static byte[] headerPairs(Response response) {
+  static byte[] headerPairs(Response response) {
     if (response.headers().isEmpty()) {
       return null;
     }
@@ -459,7 +459,7 @@ public final class Heartbeat implements AutoCloseable {
     return Wire.pairs(pairs);
   }
 
-  private static int failureCode(TransportFailure failure) {
+  static int failureCode(TransportFailure failure) {
     switch (failure) {
       case TIMEOUT:
         return 0;

@@ -3,12 +3,13 @@ package io.leasebeat;
 import java.util.Objects;
 
 /**
- * A call into the heartbeat was refused. Refusing changes nothing in the heartbeat.
+ * A call into a {@link Heartbeat} or a {@link Settlement} was refused. Refusing changes nothing
+ * in it.
  *
  * <p>{@link #code()} tells why, with one constant per error kind of the Rust core plus {@link
  * Code#PANIC} for a bug in the native code (a Rust panic caught at the boundary). Bad arguments
  * that Java can check itself are reported as {@link IllegalArgumentException} or {@link
- * NullPointerException} instead, and calls on a closed heartbeat as {@link IllegalStateException}.
+ * NullPointerException} instead, and calls on a closed object as {@link IllegalStateException}.
  */
 public final class LeaseException extends RuntimeException {
   private static final long serialVersionUID = 1L;
@@ -27,7 +28,7 @@ public final class LeaseException extends RuntimeException {
     NOT_SENT("not_sent"),
     /** The attempt was already marked sent. */
     ALREADY_SENT("already_sent"),
-    /** The heartbeat has stopped; a stop is final. */
+    /** The heartbeat has stopped, or the settlement has ended; a stop (an end) is final. */
     STOPPED("stopped"),
     /** The key source produced an unusable key (empty, too long, or already used). */
     INVALID_KEY("invalid_key"),

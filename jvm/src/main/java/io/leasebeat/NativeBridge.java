@@ -117,4 +117,38 @@ final class NativeBridge {
   static double benchCore(int n, int batches) {
     return nativeBenchCore(n, batches, 0);
   }
+
+  // ----- settlement (cold calls only: envelopes, see jvm/native/settlement.rs) -----
+
+  static native byte[] nativeSettleNew(
+      byte[] reservationId,
+      byte[] baseUrl,
+      byte[] commitJson,
+      byte[] eventJson,
+      boolean release,
+      byte[] releaseReason,
+      int maxAttempts,
+      long initialMs,
+      long maxMs,
+      byte[] keyPrefix,
+      long nowNs,
+      long wallMs);
+
+  static native byte[] nativeSettleFromRecord(
+      byte[] record, int maxAttempts, long initialMs, long maxMs, long nowNs, long wallMs);
+
+  static native void nativeSettleFree(long handle);
+
+  static native byte[] nativeSettleGet(long handle, int what);
+
+  static native byte[] nativeSettlePersisted(long handle, long nowNs);
+
+  static native byte[] nativeSettlePersistFailed(long handle, byte[] message, long nowNs);
+
+  static native byte[] nativeSettleSent(long handle, long attemptId, long nowNs);
+
+  static native byte[] nativeSettleResponse(
+      long handle, long attemptId, int status, byte[] headers, byte[] body, long nowNs, long wallMs);
+
+  static native byte[] nativeSettleFailure(long handle, long attemptId, int failure, long nowNs);
 }

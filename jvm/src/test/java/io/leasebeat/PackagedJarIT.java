@@ -40,4 +40,12 @@ class PackagedJarIT {
     return files.stream()
         .map(f -> DynamicTest.dynamicTest(f.getFileName().toString(), () -> VectorReplay.replay(f)));
   }
+
+  @TestFactory
+  Stream<DynamicTest> everySettlementVectorThroughTheJar() throws IOException {
+    List<Path> files = SettleReplay.files();
+    assertFalse(files.isEmpty(), "no settlement vectors");
+    return files.stream()
+        .map(f -> DynamicTest.dynamicTest(f.getFileName().toString(), () -> SettleReplay.replay(f)));
+  }
 }
