@@ -1,6 +1,8 @@
 //! Strict response parsing and the schema checks of the protocol's success
 //! bodies (HB-18, D-1, P-1, P-7, P-8).
 //!
+//! Rule ids are those of the [heartbeat contract](https://github.com/leasebeat/leasebeat/blob/main/docs/heartbeat-contract.md).
+//!
 //! Bodies are read by the crate's own strict reader in `json.rs` (numbers kept as their literal text,
 //! duplicated member names rejected, no recursion limit). The checks then
 //! follow the protocol file: `additionalProperties: false` everywhere it says
