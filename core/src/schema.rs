@@ -397,6 +397,18 @@ pub fn error_code(body: &[u8]) -> Option<String> {
     Some(if was_cut { format!("{code}...") } else { code })
 }
 
+/// The string `message` member of a JSON-object error body, if there is
+/// one (read as [`error_code`] reads `error`), cut to 256 bytes (then
+/// ending with `...`). Only for reporting: no decision depends on it.
+pub fn error_message(body: &[u8]) -> Option<String> {
+    let (message, was_cut) = json::top_level_string(body, "message", 256)?;
+    Some(if was_cut {
+        format!("{message}...")
+    } else {
+        message
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,5 +540,18 @@ mod tests {
         );
         assert_eq!(error_code(br#"{"error":7}"#), None);
         assert_eq!(error_code(b"<html>"), None);
+    }
+
+    #[test]
+    fn error_messages() {
+        assert_eq!(
+            error_message(br#"{"error":"INVALID_REQUEST","message":"subject is required"}"#)
+                .as_deref(),
+            Some("subject is required")
+        );
+        assert_eq!(error_message(br#"{"error":"X","message":1}"#), None);
+        assert_eq!(error_message(br#"{"message":"a","message":"b"}"#), None);
+        let long = format!(r#"{{"message":"{}"}}"#, "m".repeat(300));
+        assert_eq!(error_message(long.as_bytes()).unwrap().len(), 259);
     }
 }
