@@ -12,15 +12,41 @@
 # expected one and the serve test passed.
 #
 # RUNCYCLES_BASELINE=1 also runs the unpatched suite first (the "before" count).
+# The SDK comes from LEASEBEAT_PEERS_DIR/runcycles-python-0.5.3 (an unpacked
+# sdist) when present, else from PyPI; when neither is reachable the SDK is
+# reported skipped at once (integrations/lib.sh).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=../lib.sh
+. "$HERE/../lib.sh"
+NAME=python-runcycles
 PY=${PYTHON:-python3}
 VERSION=0.5.3
 MATURIN_PIN=maturin==1.16.0
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+
+"$PY" -m venv "$WORK/venv" || skip "$NAME" "no Python venv: install python3-venv"
+VPY=$WORK/venv/bin/python
+PEER=$(peers_dir "$ROOT")/runcycles-python-$VERSION
+if [ -f "$PEER/pyproject.toml" ] && [ -d "$PEER/tests" ]; then
+  echo "$NAME: SDK source: $PEER (the peers folder)"
+  cp -R "$PEER" "$WORK/runcycles-$VERSION"
+  chmod -R u+w "$WORK/runcycles-$VERSION"
+else
+  echo "==> $NAME: pip download runcycles==$VERSION (sdist)"
+  if ! "$VPY" -m pip download -q --disable-pip-version-check --retries 1 --timeout 20 \
+    --no-deps --no-binary :all: "runcycles==$VERSION" -d "$WORK/dl" >"$WORK/dl.log" 2>&1; then
+    tail -n 3 "$WORK/dl.log" >&2
+    skip "$NAME" "runcycles $VERSION is not in $PEER and PyPI is not reachable"
+  fi
+  echo "$NAME: SDK source: the runcycles $VERSION sdist from PyPI (it carries the SDK's tests)"
+  tar -xzf "$WORK"/dl/runcycles-"$VERSION".tar.gz -C "$WORK"
+fi
+SDK=$WORK/runcycles-$VERSION
+"$VPY" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
 
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
@@ -29,15 +55,6 @@ if [ -z "${LEASEBEAT_BIN:-}" ]; then
   (cd "$ROOT" && cargo build --release --locked -q -p leasebeat-cli)
   export LEASEBEAT_BIN=$TARGET/release/leasebeat
 fi
-
-echo "==> python-runcycles: pip download runcycles==$VERSION (sdist)"
-"$PY" -m venv "$WORK/venv"
-VPY=$WORK/venv/bin/python
-"$VPY" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-"$VPY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
-  "runcycles==$VERSION" -d "$WORK/dl"
-tar -xzf "$WORK"/dl/runcycles-"$VERSION".tar.gz -C "$WORK"
-SDK=$WORK/runcycles-$VERSION
 
 count() { # $1 = pytest output file -> "passed failed"
   local line p f e
