@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 total_passed=0
 total_failed=0
 total_skipped=0
+total_expected=0
 skipped_lines=()
 status=0
 shopt -s nullglob
@@ -46,6 +47,9 @@ for script in "${scripts[@]}"; do
     if [ "$rc" -ne 0 ]; then
         echo "== $name: run.sh exited $rc"
         status=1
+    else
+        # run.sh passed: every failure it counted is one of its listed expected ones.
+        total_expected=$((total_expected + failed))
     fi
 done
 if [ "$status" -eq 0 ] && [ "$total_failed" -gt 0 ]; then
@@ -56,9 +60,8 @@ fi
 for l in ${skipped_lines[@]+"${skipped_lines[@]}"}; do
     echo "skipped: $l"
 done
-if [ "$total_skipped" -gt 0 ]; then
-    echo "integrations: $total_passed passed, $total_failed failed, $total_skipped skipped"
-else
-    echo "integrations: $total_passed passed, $total_failed failed"
-fi
+closing="integrations: $total_passed passed, $total_failed failed"
+[ "$total_failed" -gt 0 ] && closing="$closing ($total_expected expected)"
+[ "$total_skipped" -gt 0 ] && closing="$closing, $total_skipped skipped"
+echo "$closing"
 exit "$status"
