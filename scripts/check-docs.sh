@@ -17,6 +17,8 @@
 #       run as written in DIR (where the leasebeat package is installed) against
 #       `BIN serve`: it must end by itself with the lease released.
 set -euo pipefail
+# One mode per run: its clean-up (temporary files, the server) is an EXIT trap, so it
+# also runs when a check fails.
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 fail() { echo "check-docs: $*" >&2; exit 1; }
@@ -93,11 +95,11 @@ static_checks() {
 }
 
 c_check() {
-  local prefix="$1" arch name tmp
+  local prefix="$1" arch name
   arch="$(uname -m)"
   name="leasebeat-$version-$arch-linux-gnu"
   tmp="$(mktemp -d)"
-  trap 'rm -rf "$tmp"' RETURN
+  trap 'rm -rf "$tmp"' EXIT
   mkdir -p "$tmp/pack/$name"
   cp -a "$prefix/include" "$prefix/lib" "$tmp/pack/$name/"
   tar -czf "$tmp/$name.tar.gz" -C "$tmp/pack" "$name"
@@ -115,11 +117,11 @@ c_check() {
 }
 
 node_check() {
-  local dir="$1" bin="$2" tmp url serve_pid
+  local dir="$1" bin="$2" url
   tmp="$(mktemp -d)"
   "$bin" serve --api-key docs-key --log "$tmp/serve.jsonl" >"$tmp/serve.out" 2>&1 &
   serve_pid=$!
-  trap 'kill "$serve_pid" 2>/dev/null || true; rm -rf "$tmp"' RETURN
+  trap 'kill "$serve_pid" 2>/dev/null || true; rm -rf "$tmp"' EXIT
   for _ in $(seq 100); do
     url="$(sed -n 's/^listening on //p' "$tmp/serve.out")"
     [ -n "$url" ] && break
