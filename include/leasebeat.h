@@ -9,6 +9,9 @@
  * A `const lb_x *` may be shared by several threads for reads; an `lb_x *`
  * argument needs exclusive access for the call. See ffi-c/README.md.
  *
+ * Rule ids (HB-15, D-15, P-3, ...) are those of the heartbeat contract:
+ * https://github.com/leasebeat/leasebeat/blob/main/docs/heartbeat-contract.md
+ *
  * SPDX-License-Identifier: Apache-2.0
  */
 

@@ -191,6 +191,8 @@ if needed "$tmp/cmake-build/consumer_static" | grep '^libleasebeat' >/dev/null; 
 fi
 "$tmp/cmake-build/consumer_static"
 echo "find_package(leasebeat): leasebeat::leasebeat and leasebeat::leasebeat_static work"
+# The root README's C commands, as written, against a tarball of this prefix.
+scripts/check-docs.sh c "$prefix"
 
 echo "==> [c] the example agent (examples/c-agent) under valgrind against $url"
 "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -g -O1 -Iinclude examples/c-agent/agent.c \

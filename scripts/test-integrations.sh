@@ -2,13 +2,19 @@
 # Every SDK integration: runs integrations/*/run.sh (each takes its SDK as
 # released, applies leasebeat's adapter and runs the SDK's own test suite, see
 # integrations/<sdk>/README.md), sums their closing `<sdk>: N passed, M failed`
-# lines, and prints `integrations: N passed, M failed` last. Exit status 1 if
-# any run.sh failed (an unexpected test failure or a build error).
+# lines, and prints `integrations: N passed, M failed` last (`, K skipped` added
+# when an SDK could not run here: a run.sh says `<sdk>: 0 passed, 0 failed,
+# 1 skipped (reason)` at once when its sources or a JDK 21+ are missing, see
+# integrations/lib.sh). Exit status 1 if any run.sh failed (an unexpected test
+# failure or a build error).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 total_passed=0
 total_failed=0
+total_skipped=0
+total_expected=0
+skipped_lines=()
 status=0
 shopt -s nullglob
 scripts=(integrations/*/run.sh)
@@ -32,11 +38,18 @@ for script in "${scripts[@]}"; do
     fi
     passed="$(sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\1/' <<<"$line")"
     failed="$(sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\2/' <<<"$line")"
+    if [[ "$line" =~ ,\ ([0-9]+)\ skipped ]]; then
+        total_skipped=$((total_skipped + BASH_REMATCH[1]))
+        skipped_lines+=("$line")
+    fi
     total_passed=$((total_passed + passed))
     total_failed=$((total_failed + failed))
     if [ "$rc" -ne 0 ]; then
         echo "== $name: run.sh exited $rc"
         status=1
+    else
+        # run.sh passed: every failure it counted is one of its listed expected ones.
+        total_expected=$((total_expected + failed))
     fi
 done
 if [ "$status" -eq 0 ] && [ "$total_failed" -gt 0 ]; then
@@ -44,5 +57,11 @@ if [ "$status" -eq 0 ] && [ "$total_failed" -gt 0 ]; then
     echo " each is listed, with the contract rule and the vector that decide otherwise, in"
     echo " integrations/<sdk>/README.md and expected by its run.sh)"
 fi
-echo "integrations: $total_passed passed, $total_failed failed"
+for l in ${skipped_lines[@]+"${skipped_lines[@]}"}; do
+    echo "skipped: $l"
+done
+closing="integrations: $total_passed passed, $total_failed failed"
+[ "$total_failed" -gt 0 ] && closing="$closing ($total_expected expected)"
+[ "$total_skipped" -gt 0 ] && closing="$closing, $total_skipped skipped"
+echo "$closing"
 exit "$status"

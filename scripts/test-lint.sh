@@ -10,3 +10,5 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p leasebeat --no-deps --features http --lo
 # actionlint, and the versions/napi targets/npm platform packages agree. The full build
 # (scripts/package.sh without --check) is its own command, not part of the tests.
 scripts/package.sh --check
+# Docs that must work when pasted: links, URLs, rule ids, commands (issue 29).
+scripts/check-docs.sh

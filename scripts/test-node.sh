@@ -75,6 +75,9 @@ fi
 tail -n 8 "$log"
 [ "$status" -eq 0 ]
 
+echo "==> node/README's runner example, as written, against leasebeat serve"
+scripts/check-docs.sh node "$proj" "$server_bin"
+
 echo "==> tsc --noEmit: the TypeScript consumers against the installed declarations"
 # Both compilers are pinned in node/package.json (typescript, typescript-5.9).
 for ts in typescript typescript-5.9; do

@@ -12,6 +12,24 @@ use leasebeat_cli::{bench, demo, probe, run, serve, simulate};
 
 mod replay;
 
+/// The end of `leasebeat run --help`: the create request and the exit statuses.
+const RUN_AFTER_HELP: &str = "\
+The create request (--create) is a JSON object with the members the Cycles
+protocol requires besides idempotency_key and ttl_ms (leasebeat adds those):
+  subject   at least one of tenant, workspace, app, workflow, agent, toolset
+  action    kind and name
+  estimate  unit (USD_MICROCENTS, TOKENS, CREDITS, RISK_POINTS) and amount
+optional: grace_period_ms, overage_policy, metadata. For example:
+  --create '{\"subject\":{\"tenant\":\"acme\"},\"action\":{\"kind\":\"llm.completion\",\"name\":\"summarize\"},\"estimate\":{\"unit\":\"TOKENS\",\"amount\":1000}}'
+
+Exit status:
+  0  cancelled with Ctrl-C (the reservation was then released)
+  1  the heartbeat stopped by itself: the lease is gone or can no longer be
+     kept safely (the stop reason is on stderr)
+  2  bad arguments
+  3  the server could not be reached (no attempt got an HTTP answer)
+  4  the server refused the create (its code and message are on stderr)";
+
 /// Lease-heartbeat scheduling for Cycles reservations.
 #[derive(Parser, Debug)]
 #[command(name = "leasebeat", version, about, long_about = None)]
@@ -40,8 +58,13 @@ enum Command {
     /// Prints `listening on http://ADDR` on stdout first, then one
     /// `LAPSE ...` line for every reservation that expires while still
     /// ACTIVE (neither committed nor released). Runs until SIGINT/SIGTERM,
-    /// then prints `summary leases=N extensions=N lapses=N refused=N`.
-    /// Default policy: additive extensions, no limits.
+    /// then prints `summary leases=N extensions=N lapses=N refused=N`:
+    /// `leases` is the number of reservations the server still holds at
+    /// exit (live ones, and lapsed, committed or released ones not yet
+    /// forgotten, see --retention-ms), not the number created; `extensions`
+    /// counts extensions applied, `lapses` the LAPSE lines, `refused` the
+    /// requests and connections refused by --max-connections and
+    /// --max-buffered-bytes. Default policy: additive extensions, no limits.
     Serve {
         /// Address to bind.
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -112,8 +135,13 @@ enum Command {
     ///
     /// On Ctrl-C (SIGINT or SIGTERM) it cancels the heartbeat; when the
     /// heartbeat has stopped it releases the reservation (unless
-    /// --no-release). Exit status: 0 after a cancel, 1 after any other stop,
-    /// 2 on bad arguments.
+    /// --no-release, or the server said the reservation is gone:
+    /// not_found, expired, finalized). Decisions go to stdout as JSON lines;
+    /// why it ended goes to stderr as one sentence.
+    #[command(after_help = RUN_AFTER_HELP)]
+    #[command(group(
+        clap::ArgGroup::new("start").required(true).args(["create", "reservation"])
+    ))]
     Run {
         /// Base URL of the server, e.g. http://127.0.0.1:8080.
         #[arg(long)]
@@ -123,20 +151,18 @@ enum Command {
         api_key: Option<String>,
         /// Create a reservation and heartbeat it: the create request as JSON
         /// (subject, action, estimate, ...), without idempotency_key and ttl_ms.
-        #[arg(
-            long,
-            required_unless_present = "reservation",
-            conflicts_with = "reservation"
-        )]
+        #[arg(long, value_name = "JSON")]
         create: Option<String>,
         /// Heartbeat an existing reservation (its first beat is an immediate extension).
-        #[arg(long)]
+        #[arg(long, value_name = "ID")]
         reservation: Option<String>,
-        /// Requested lease length and extend_by_ms (ms).
-        #[arg(long, default_value_t = leasebeat::DEFAULT_TTL_MS)]
+        /// Requested lease length and extend_by_ms (ms), 1000..=86400000.
+        #[arg(long, default_value_t = leasebeat::DEFAULT_TTL_MS,
+              allow_negative_numbers = true, value_parser = parse_ttl_ms)]
         ttl_ms: u64,
-        /// Per-attempt budget (ms), enforced.
-        #[arg(long, default_value_t = 10_000)]
+        /// Per-attempt budget (ms), enforced: at least 1.
+        #[arg(long, default_value_t = 10_000,
+              allow_negative_numbers = true, value_parser = parse_timeout_ms)]
         timeout_ms: u64,
         /// Do not release the reservation when the heartbeat stops.
         #[arg(long)]
@@ -208,9 +234,10 @@ enum Command {
     /// scenarios (policies and faults), their timelines and a summary.
     ///
     /// Exit status 0 when every scenario ended as expected and no lease
-    /// lapsed without its client being told to stop; 1 otherwise. When every
-    /// scenario runs, it ends with a short `leasebeat simulate` comparison
-    /// (10,000 histories).
+    /// lapsed without its client being told to stop; 1 otherwise; 2 on bad
+    /// arguments. When every scenario runs, it ends with a short
+    /// `leasebeat simulate` comparison (10,000 histories; not printed with
+    /// --quiet, but still checked).
     Demo {
         /// Run only this scenario (repeatable): additive, max-lead,
         /// grant-cap, initial-ttl-cap, older-server, 5xx-burst, 429-inside,
@@ -231,11 +258,14 @@ enum Command {
     /// variant) runs on the same histories against the server model: server
     /// regimes, faults, late timers, coarse and stalled clocks, client
     /// pauses. Prints extensions per lease-hour, unreported lapses, reports,
-    /// stops and lead percentiles. Deterministic for a seed. Exit status 1
-    /// when `leasebeat` has an unreported lapse or the core refused an input.
+    /// stops and lead percentiles. Deterministic for a seed. Exit status 0
+    /// when `leasebeat` never lapsed unreported; 1 when it has an unreported
+    /// lapse or the core refused an input; 2 on bad arguments or when the
+    /// output cannot be written.
     Simulate {
-        /// Number of histories.
-        #[arg(long, default_value_t = 100_000)]
+        /// Number of histories (at least 1).
+        #[arg(long, default_value_t = 100_000,
+              allow_negative_numbers = true, value_parser = parse_sequences)]
         sequences: u64,
         /// Seed of the histories.
         #[arg(long, default_value_t = 1)]
@@ -289,6 +319,7 @@ fn main() -> ExitCode {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr())
         .try_init();
     match cli.command {
         Command::Replay { emit, files } => replay::run(&files, emit),
@@ -370,11 +401,18 @@ fn main() -> ExitCode {
                 (Some(create), None) => match serde_json::from_str::<serde_json::Value>(&create) {
                     Ok(serde_json::Value::Object(m)) => run::Start::Create(m),
                     _ => {
-                        eprintln!("leasebeat run: --create must be a JSON object");
+                        eprintln!(
+                            "leasebeat run: --create must be a JSON object such as \
+                             '{{\"subject\":{{\"tenant\":\"acme\"}},\"action\":{{\"kind\":\"llm.completion\",\"name\":\"x\"}},\"estimate\":{{\"unit\":\"TOKENS\",\"amount\":1000}}}}' \
+                             (see leasebeat run --help)"
+                        );
                         return ExitCode::from(2);
                     }
                 },
-                (None, None) => unreachable!("clap requires --create or --reservation"),
+                (None, None) => {
+                    eprintln!("leasebeat run: give --create JSON or --reservation ID");
+                    return ExitCode::from(2);
+                }
             };
             run::run(run::RunOptions {
                 url,
@@ -462,6 +500,44 @@ fn main() -> ExitCode {
     }
 }
 
+/// Colours on stderr (the log lines) only when stderr is a terminal and
+/// `NO_COLOR` is unset or empty (https://no-color.org), as clap does for its
+/// own messages.
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// `--ttl-ms`: the lease length the server is asked for (the core's range).
+fn parse_ttl_ms(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<i128>() {
+        Ok(v) if (1_000..=86_400_000).contains(&v) => Ok(v as u64),
+        Ok(_) => Err("the lease length must be from 1000 to 86400000 ms (1 s to 24 h)".into()),
+        Err(_) => Err("the lease length must be a whole number of milliseconds".into()),
+    }
+}
+
+/// `--timeout-ms`: the per-attempt budget the driver enforces.
+fn parse_timeout_ms(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<i128>() {
+        Ok(v) if (1..=i128::from(u64::MAX)).contains(&v) => Ok(v as u64),
+        Ok(_) => Err(
+            "the per-attempt budget must be at least 1 ms: the driver enforces a finite timeout on every request"
+                .into(),
+        ),
+        Err(_) => Err("the per-attempt budget must be a whole number of milliseconds".into()),
+    }
+}
+
+/// `simulate --sequences`: at least one history.
+fn parse_sequences(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<i128>() {
+        Ok(v) if (1..=i128::from(u64::MAX)).contains(&v) => Ok(v as u64),
+        Ok(_) => Err("the number of histories must be at least 1".into()),
+        Err(_) => Err("the number of histories must be a whole number".into()),
+    }
+}
+
 fn simulate_command(
     sequences: u64,
     seed: u64,
@@ -487,8 +563,11 @@ fn simulate_command(
     let start = std::time::Instant::now();
     let summary = pool.install(|| simulate::simulate(sequences, seed, true));
     eprintln!(
-        "leasebeat simulate: {sequences} histories on {} threads in {:.1} s",
-        pool.current_num_threads(),
+        "leasebeat simulate: {sequences} histories on {} in {:.1} s",
+        match pool.current_num_threads() {
+            1 => "1 thread".to_owned(),
+            n => format!("{n} threads"),
+        },
         start.elapsed().as_secs_f64()
     );
     let mut out = std::io::stdout().lock();

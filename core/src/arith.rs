@@ -1,5 +1,7 @@
 //! The scheduling arithmetic alone, as pure functions.
 //!
+//! Rule ids are those of the [heartbeat contract](https://github.com/leasebeat/leasebeat/blob/main/docs/heartbeat-contract.md).
+//!
 //! Everything here works in integer milliseconds. A duration is a `u64` in which
 //! [`INFINITE`] (`u64::MAX`) stands for +infinity (P-2): any sum or product that
 //! would overflow saturates to it, and it never wraps. Rounding is always

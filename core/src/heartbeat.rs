@@ -1432,9 +1432,18 @@ impl Heartbeat {
             }
             400..=499 => {
                 self.last_event_ns = now_ns;
-                let code = schema::error_code(response.body)
-                    .map(|c| format!(" ({c})"))
-                    .unwrap_or_default();
+                // The server's code and message, for the one reading the
+                // detail (a create the server refuses is usually a request
+                // the caller can fix: "subject is required").
+                let code = match (
+                    schema::error_code(response.body),
+                    schema::error_message(response.body),
+                ) {
+                    (Some(c), Some(m)) => format!(" ({c}: {m})"),
+                    (Some(c), None) => format!(" ({c})"),
+                    (None, Some(m)) => format!(" ({m})"),
+                    (None, None) => String::new(),
+                };
                 Ok(self.stop(
                     StopReason::CreateRejected,
                     OutcomeClass::Rejected,

@@ -609,6 +609,13 @@ pub(crate) const MAX_ERROR_CODE_BYTES: usize = 256;
 /// text and skipped. The string is cut to [`MAX_ERROR_CODE_BYTES`] (the
 /// flag says it was cut).
 pub(crate) fn top_level_error(bytes: &[u8]) -> Option<(String, bool)> {
+    top_level_string(bytes, "error", MAX_ERROR_CODE_BYTES)
+}
+
+/// The top-level string member `name` of an object body, read as
+/// [`top_level_error`] reads `error` (present once, a string, the rest
+/// validated and skipped), cut to `max` bytes.
+pub(crate) fn top_level_string(bytes: &[u8], name: &str, max: usize) -> Option<(String, bool)> {
     let mut r = Reader::new(bytes).ok()?;
     if r.peek() != Some(b'{') {
         r.skip().ok()?;
@@ -624,15 +631,15 @@ pub(crate) fn top_level_error(bytes: &[u8]) -> Option<(String, bool)> {
         loop {
             let key = r.string(true).ok()?.expect("kept");
             r.expect(b':').ok()?;
-            if key == "error" {
+            if key == name {
                 if seen {
-                    // Two `error` members: which one the server meant is unknown.
+                    // Two such members: which one the server meant is unknown.
                     return None;
                 }
                 seen = true;
                 if r.peek() == Some(b'"') {
                     let s = r.string(true).ok()?.expect("kept");
-                    found = Some(cut(&s, MAX_ERROR_CODE_BYTES));
+                    found = Some(cut(&s, max));
                 } else {
                     r.skip().ok()?;
                 }

@@ -19,6 +19,10 @@
 //!   `shared/design/settlement.md`), and [`SettlementRecord`] its durable
 //!   record in runcycles Python 0.5.3's journal layout.
 //!
+//! Rule ids such as HB-15, D-15 or P-3 in this documentation are those of the
+//! heartbeat contract the crate implements,
+//! [`docs/heartbeat-contract.md`](https://github.com/leasebeat/leasebeat/blob/main/docs/heartbeat-contract.md).
+//!
 //! ## Features
 //!
 //! * `http` — a ready driver (`driver`): ureq (rustls) transport, one timer
@@ -30,7 +34,8 @@
 //! ## Decisions on points the protocol leaves open
 //!
 //! The rule ids (HB-, FB-, D-, P-) are those of the project's contract
-//! (`shared/design/heartbeat.md`). Where that contract is silent, this crate
+//! ([`docs/heartbeat-contract.md`](https://github.com/leasebeat/leasebeat/blob/main/docs/heartbeat-contract.md)).
+//! Where that contract is silent, this crate
 //! decides as follows:
 //!
 //! * A permanent error code (P-3) stops the heartbeat under *any* non-2xx

@@ -1,7 +1,8 @@
 //! The shared scenario vectors: parsing and replay through the public API.
 //!
-//! The format is specified in the project's contract (`heartbeat.md`,
-//! "Scenario vectors"). Every binding has its own replay in its own language;
+//! The format is specified in the project's contract
+//! ([`docs/heartbeat-contract.md`](https://github.com/leasebeat/leasebeat/blob/main/docs/heartbeat-contract.md),
+//! "The scenario vector format"). Every binding has its own replay in its own language;
 //! this one serves the Rust tests and `leasebeat replay`.
 //!
 //! The replay checks more than the core claims about itself: it remembers

@@ -1,6 +1,8 @@
 //! Strict response parsing and the schema checks of the protocol's success
 //! bodies (HB-18, D-1, P-1, P-7, P-8).
 //!
+//! Rule ids are those of the [heartbeat contract](https://github.com/leasebeat/leasebeat/blob/main/docs/heartbeat-contract.md).
+//!
 //! Bodies are read by the crate's own strict reader in `json.rs` (numbers kept as their literal text,
 //! duplicated member names rejected, no recursion limit). The checks then
 //! follow the protocol file: `additionalProperties: false` everywhere it says
@@ -541,6 +543,18 @@ pub fn error_response(body: &[u8]) -> Result<String, Invalid> {
     Ok(code.to_owned())
 }
 
+/// The string `message` member of a JSON-object error body, if there is
+/// one (read as [`error_code`] reads `error`), cut to 256 bytes (then
+/// ending with `...`). Only for reporting: no decision depends on it.
+pub fn error_message(body: &[u8]) -> Option<String> {
+    let (message, was_cut) = json::top_level_string(body, "message", 256)?;
+    Some(if was_cut {
+        format!("{message}...")
+    } else {
+        message
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -714,5 +728,18 @@ mod tests {
         );
         assert_eq!(error_code(br#"{"error":7}"#), None);
         assert_eq!(error_code(b"<html>"), None);
+    }
+
+    #[test]
+    fn error_messages() {
+        assert_eq!(
+            error_message(br#"{"error":"INVALID_REQUEST","message":"subject is required"}"#)
+                .as_deref(),
+            Some("subject is required")
+        );
+        assert_eq!(error_message(br#"{"error":"X","message":1}"#), None);
+        assert_eq!(error_message(br#"{"message":"a","message":"b"}"#), None);
+        let long = format!(r#"{{"message":"{}"}}"#, "m".repeat(300));
+        assert_eq!(error_message(long.as_bytes()).unwrap().len(), 259);
     }
 }

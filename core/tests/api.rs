@@ -562,3 +562,27 @@ fn last_decision_matches_the_returned_one() {
     let d = hb.cancel(10_000_000 * MS).unwrap();
     assert_eq!(hb.last_decision(), Some(&d));
 }
+
+#[test]
+fn a_rejected_create_shows_the_servers_message() {
+    let mut hb = Heartbeat::with_key_source(
+        Config::new(60_000, Some(10_000)),
+        Box::new(SequentialKeys::new("k")),
+    )
+    .unwrap();
+    let id = hb.attempt().unwrap().id;
+    hb.handle_sent(id, 0).unwrap();
+    let d = hb
+        .handle_response(
+            id,
+            Response::new(400)
+                .body(r#"{"error":"INVALID_REQUEST","message":"subject is required"}"#),
+            MS,
+        )
+        .unwrap();
+    assert_eq!(d.stop_reason(), Some(StopReason::CreateRejected));
+    assert_eq!(
+        d.detail.as_deref(),
+        Some("the create was rejected with 400 (INVALID_REQUEST: subject is required)")
+    );
+}

@@ -2,7 +2,7 @@
 //! under random regimes, round trips, failures, 429s, lost responses, late
 //! timers and stalled clocks; and the state machine under arbitrary input.
 //!
-//! Invariants (heartbeat.md, "Safety invariants"), the S-1/S-2 bounds
+//! Invariants (docs/heartbeat-contract.md, "Safety invariants"), the S-1/S-2 bounds
 //! recomputed from the configuration and the harness's own round trips and
 //! checked against the simulated server's true expiry (never from the numbers
 //! the core reports about itself); D-14 late and duplicate outcomes; every
@@ -244,7 +244,7 @@ fn check_decision(
     let expiry = true_expiry_ns(server, id, offset_ms);
     let Some(at) = d.at_ns else { return Ok(()) };
     // The bounds recomputed from the configuration and the harness's own
-    // max_rtt (heartbeat.md, "Formulas"), saturating at +infinity.
+    // max_rtt (docs/heartbeat-contract.md, "The primary path"), saturating at +infinity.
     let two_rtt = c.max_rtt_ms.saturating_mul(2);
     let own_budget = c.timeout_ms.map_or(u64::MAX, |t| t.max(1000).max(two_rtt));
     let own_margin = two_rtt.max(1000);

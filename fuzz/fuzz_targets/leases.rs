@@ -2,7 +2,7 @@
 //! (`leasebeat::sim`), the bytes choosing each attempt's fate, round trip
 //! and lateness; S-1..S-4 checked with bounds recomputed from the
 //! configuration and the harness's own round trips against the server's true
-//! expiry (heartbeat.md, "Safety invariants").
+//! expiry (docs/heartbeat-contract.md, "Safety invariants").
 #![no_main]
 
 use std::collections::HashSet;

@@ -24,7 +24,7 @@ import java.util.stream.Collectors;
 import java.util.stream.Stream;
 
 /**
- * Replays one scenario vector (tests/vectors/*.json, format in heartbeat.md) through the public
+ * Replays one scenario vector (tests/vectors/*.json, format in docs/heartbeat-contract.md) through the public
  * Java API, like the Rust replay (core/src/scenario.rs): deterministic keys "key-1", "key-2", ...,
  * origin 0, and the harness's own key check ("new" = never used on this lease, "same" = exactly the
  * previous attempt's key with a byte-identical body).
