@@ -15,7 +15,7 @@ if [ "${LEASEBEAT_SKIP_SETUP:-0}" != 1 ]; then
     bash "$setup"
   done
 fi
-stages=(lint rust c python node jvm fuzz integrations)
+stages=(lint rust c python node jvm fuzz integrations realserver)
 for stage in "${stages[@]}"; do
   script="scripts/test-$stage.sh"
   if [ -x "$script" ]; then

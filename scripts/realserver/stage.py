@@ -1,0 +1,452 @@
+"""The real-server stage's scenarios and checks (run by scripts/test-realserver.sh).
+
+Every runner (Rust `leasebeat run`, the C example agent, Python thread/asyncio over urllib
+and httpx, Node runHeartbeat, Java HeartbeatRunner) holds one lease on the real Cycles
+server through scripts/realserver/faultproxy.py, all runners at once, in each scenario:
+
+  limit   no fault: extensions until the server's limit (10), then release (the C agent:
+          3 extensions, then cancel, as it always does);
+  faults  extend #2's answer lost after the server applied it, #4's answer later than the
+          budget, #6 slow (under the budget); then commit (or release) after 7 extensions;
+  pause   Redis writes paused (CLIENT PAUSE 4000 WRITE) while the leases run: the server's
+          Redis calls time out (2 s) and it answers 500; then commit (or release).
+  redisdown  (last) one `leasebeat run` while Redis is shut down: the server's API-key
+          check then answers 401 and the lease stops `rejected`.
+
+Checks, one PASS/FAIL line each, from the client's event log, the proxy's log and Redis
+(reservation:res_<id>: state, expires_at, extension_count, committed_at/released_at):
+  - the runner ended as planned (its stop reason; its release/commit answered 200);
+  - no reservation lapsed (expired, or finalized in the server's grace after its
+    expires_at) without its client having reported a stop or jeopardy at or before its
+    expires_at (the same machine's clock on both sides);
+  - extension_count == the distinct extend keys the server answered 200 (not doubled by
+    same-key replays);
+  - a same-key replay's remaining_ttl_ms is never larger than the first answer's, and its
+    body is byte-identical;
+  - no jeopardy when nothing went wrong (limit scenario).
+Writes every log to --logs; closing line `realserver: N passed, M failed`.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from faultproxy import FaultProxy  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RESULTS = []
+LEASES = []  # (tag, client, reservation id) of every scenario, for the final lapse check
+
+
+def check(name, ok, detail=""):
+    RESULTS.append(bool(ok))
+    print("%s %s%s" % ("PASS" if ok else "FAIL", name, (": " + detail) if detail else ""), flush=True)
+
+
+class Redis:
+    """A minimal RESP client (the stage needs a handful of commands, stdlib only)."""
+
+    def __init__(self, port):
+        self.port = port
+        self.s = None
+
+    def _conn(self):
+        if self.s is None:
+            self.s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            self.f = self.s.makefile("rb")
+        return self.s
+
+    def cmd(self, *args):
+        s = self._conn()
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        s.sendall(out)
+        return self._read()
+
+    def _read(self):
+        line = self.f.readline().rstrip(b"\r\n")
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            raise RuntimeError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.f.read(n + 2)[:-2]
+            return data.decode()
+        if t == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._read() for _ in range(n)]
+        raise RuntimeError("bad RESP line %r" % line)
+
+    def hgetall(self, key):
+        flat = self.cmd("HGETALL", key) or []
+        return dict(zip(flat[::2], flat[1::2]))
+
+    def now_ms(self):
+        sec, usec = self.cmd("TIME")
+        return int(sec) * 1000 + int(usec) // 1000
+
+
+# ------------------------------------------------------------------ clients
+
+
+class Client:
+    """One runner process; its output lines become events with wall-clock times."""
+
+    def __init__(self, name, argv, env=None, fmt="json", expect=None):
+        self.name, self.argv, self.fmt, self.expect = name, argv, fmt, expect
+        self.env = dict(os.environ, **(env or {}))
+        self.events = []  # dicts with "t" (ms), "ev", "rid", ...
+        self.raw = []
+
+    def start(self, logdir, scenario):
+        self.logfile = os.path.join(logdir, "%s-%s.log" % (scenario, self.name))
+        self.err = open(self.logfile + ".err", "w")
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self.err, env=self.env,
+                                     text=True, bufsize=1)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            t = time.time() * 1000.0
+            self.raw.append((t, line.rstrip("\n")))
+            ev = self._parse(t, line.strip())
+            if ev:
+                self.events.append(ev)
+
+    def _parse(self, t, line):
+        if self.fmt == "c":
+            m = re.match(r"(decision|stopped|lease_in_jeopardy) lease=\d+ reservation=(\S+)(.*)", line)
+            if not m:
+                return None
+            kind = {"decision": "decision", "stopped": "stop", "lease_in_jeopardy": "jeopardy"}[m.group(1)]
+            ev = {"t": t, "ev": kind, "rid": m.group(2), "text": line}
+            r = re.search(r"reason=(\S+)", line)
+            if r:
+                ev["reason"] = r.group(1)
+            return ev
+        try:
+            d = json.loads(line)
+        except ValueError:
+            return None
+        if self.fmt == "rust":  # `leasebeat run`'s JSON lines; the wall time is the arrival
+            kind = {"decision": "decision", "stopped": "stop", "lease_in_jeopardy": "jeopardy",
+                    "release": "finalize"}.get(d.get("event"), d.get("event"))
+            ev = {"t": t, "ev": kind, "rid": d.get("reservation_id"), "reason": d.get("reason")}
+            if kind == "finalize":
+                res = d.get("result")
+                ev["status"] = res.get("status") if isinstance(res, dict) else res
+                ev["result"] = res
+            if kind == "decision":
+                ev["next"] = (d.get("decision") or {}).get("next")
+                ev["reason"] = (d.get("decision") or {}).get("reason")
+            return ev
+        d.setdefault("t", t)
+        if "decision" in d and isinstance(d["decision"], dict):  # Java
+            d["next"] = d["decision"].get("next")
+            d["reason"] = d["decision"].get("reason")
+        return d
+
+    def wait(self, timeout):
+        try:
+            self.rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.rc = self.proc.wait()
+            self.rc = "killed after %ds" % timeout
+        self.reader.join(5)
+        self.err.close()
+        with open(self.logfile, "w") as f:
+            for t, line in self.raw:
+                f.write("%.1f %s\n" % (t, line))
+
+    def rids(self):
+        return {e["rid"] for e in self.events if e.get("rid") and e["rid"] != "-" and not str(e["rid"]).startswith("(")}
+
+    def first_stop_or_jeopardy(self):
+        ts = [e["t"] for e in self.events
+              if e.get("ev") in ("stop", "jeopardy") or (e.get("ev") == "decision" and e.get("next") == "stop")]
+        return min(ts) if ts else None
+
+    def stop_reason(self):
+        for e in self.events:
+            if e.get("ev") == "stop" and e.get("reason"):
+                return str(e["reason"]).lower()
+        for e in self.events:
+            if e.get("ev") == "decision" and e.get("next") == "stop" and e.get("reason"):
+                return str(e["reason"]).lower()
+        return None
+
+    def finalize_status(self):
+        for e in self.events:
+            if e.get("ev") == "finalize":
+                return e.get("status"), e
+        return None, None
+
+    def jeopardies(self):
+        return [e for e in self.events if e.get("ev") == "jeopardy"]
+
+
+def make_clients(a, url, ttl, timeout, extends, fin, which=None):
+    w = a.work
+    py = os.path.join(w, "venv", "bin", "python")
+    here = os.path.dirname(os.path.abspath(__file__))
+    gen = os.path.join(w, "node-gen")
+    addons = sorted(f for f in os.listdir(gen) if f.endswith(".node")) if os.path.isdir(gen) else []
+    node_env = {"NAPI_RS_NATIVE_LIBRARY_PATH": os.path.join(gen, addons[0]) if addons else ""}
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    release = os.path.join(target, "release")
+    create = json.dumps({"subject": {"tenant": a.tenant},
+                         "action": {"kind": "llm.completion", "name": "leasebeat-realserver"},
+                         "estimate": {"unit": "TOKENS", "amount": 1000}})
+    common = [url, a.api_key, str(ttl), str(timeout), str(extends), fin]
+    java = os.path.join(a.java_home, "bin", "java")
+    clients = [
+        # `leasebeat run` runs until the heartbeat stops by itself, then releases.
+        Client("rust-run", [os.path.join(release, "leasebeat"), "run", "--url", url, "--create", create,
+                            "--ttl-ms", str(ttl), "--timeout-ms", str(timeout)],
+               env={"LEASEBEAT_API_KEY": a.api_key}, fmt="rust"),
+        # The C example agent: 3 extensions (or 5 s), then cancel; it sends no release.
+        Client("c-agent", [os.path.join(w, "c-agent"), url, a.api_key, str(timeout)], fmt="c"),
+        Client("py-thread-urllib", [py, os.path.join(here, "run_python.py"), "thread", "urllib"] + common),
+        Client("py-thread-httpx", [py, os.path.join(here, "run_python.py"), "thread", "httpx"] + common),
+        Client("py-asyncio-urllib", [py, os.path.join(here, "run_python.py"), "asyncio", "urllib"] + common),
+        Client("py-asyncio-httpx", [py, os.path.join(here, "run_python.py"), "asyncio", "httpx"] + common),
+        Client("node", ["node", os.path.join(here, "run_node.cjs")] + common, env=node_env),
+        Client("java", [java, "-cp", os.path.join(ROOT, "jvm", "target", "classes"),
+                        "-Djava.library.path=" + release, os.path.join(here, "RunJava.java")] + common),
+    ]
+    if which:
+        clients = [c for c in clients if c.name in which]
+    return clients
+
+
+# ------------------------------------------------------------------ checks
+
+
+def server_checks(a, scenario, clients, proxy_log, redis, allow_jeopardy):
+    """The Redis-side checks for every reservation a client of this scenario touched."""
+    now = redis.now_ms()
+    claimed = set()
+    for c in clients:
+        for rid in sorted(c.rids()):
+            claimed.add(rid)
+            h = redis.hgetall("reservation:res_" + rid)
+            tag = "%s/%s %s" % (scenario, c.name, rid[:13])
+            if not h:
+                check(tag + " reservation in Redis", False, "no reservation:res_%s" % rid)
+                continue
+            LEASES.append((tag, c, rid))
+            ext = [e for e in proxy_log if e["kind"] == "extend" and e["rid"] == rid]
+            ok_keys = []
+            for e in ext:
+                if e.get("status") == 200 and e["key"] not in ok_keys:
+                    ok_keys.append(e["key"])
+            count = int(h.get("extension_count", 0))
+            check(tag + " extension_count = distinct applied extend keys", count == len(ok_keys),
+                  "extension_count %d, distinct keys answered 200: %d, extend requests: %d"
+                  % (count, len(ok_keys), len(ext)))
+            bad = []
+            replays = 0
+            for k in ok_keys:
+                seen = [e for e in ext if e["key"] == k]
+                firsts = [e for e in seen if e.get("status") == 200]
+                if len(seen) > 1:
+                    replays += len(seen) - 1
+                first_rem = firsts[0].get("remaining_ttl_ms")
+                for e in firsts[1:]:
+                    if e.get("remaining_ttl_ms") is None or first_rem is None or e["remaining_ttl_ms"] > first_rem:
+                        bad.append("%s: replay %s > first %s" % (k[:8], e.get("remaining_ttl_ms"), first_rem))
+                if len({e["body_sha"] for e in seen}) != 1:
+                    bad.append("%s: bodies differ" % k[:8])
+                if any(e.get("header_key") not in (None, k) for e in seen):
+                    bad.append("%s: header key differs from the body's" % k[:8])
+            check(tag + " replays: remaining_ttl_ms not larger, same bytes", not bad,
+                  "; ".join(bad) if bad else "%d same-key resends" % replays)
+            if not allow_jeopardy:
+                j = c.jeopardies()
+                check(tag + " no jeopardy when nothing went wrong", not j,
+                      ", ".join("%s at %.0f" % (e.get("cause") or e.get("reason") or e.get("text"), e["t"]) for e in j))
+    orphans = {e["rid"] for e in proxy_log if e["kind"] == "create" and e.get("rid")} - claimed
+    check(scenario + " every reservation created belongs to a client that saw it", not orphans,
+          ", ".join(sorted(orphans)))
+
+
+def lapse_checks(redis, cap_s=20.0):
+    """After every scenario: no reservation lapsed without a stop/jeopardy reported first.
+
+    A lease a client stopped without finalizing (the C agent cancels and sends nothing) is
+    still ACTIVE on the server: wait (at most cap_s) until its expires_at has passed, then
+    judge every reservation by its final state."""
+    deadline = time.time() + cap_s
+    while time.time() < deadline:
+        now = redis.now_ms()
+        pending = [rid for _, _, rid in LEASES
+                   if (lambda h: h.get("state") == "ACTIVE" and int(h.get("expires_at", 0)) >= now)(
+                       redis.hgetall("reservation:res_" + rid))]
+        if not pending:
+            break
+        time.sleep(0.5)
+    now = redis.now_ms()
+    for tag, c, rid in LEASES:
+        h = redis.hgetall("reservation:res_" + rid)
+        exp = int(h.get("expires_at", 0))
+        state = h.get("state")
+        fin_at = int(h.get("committed_at") or h.get("released_at") or 0) or None
+        lapsed = state == "EXPIRED" or (state == "ACTIVE" and now > exp) or (fin_at is not None and fin_at > exp)
+        first = c.first_stop_or_jeopardy()
+        if lapsed:
+            ok = first is not None and first <= exp
+            check(tag + " no lapse without a prior stop/jeopardy", ok,
+                  "expired on the server (state %s, expires_at %d); the client's first stop/jeopardy: %s"
+                  % (state, exp, "%.0f ms before expiry" % (exp - first) if first else "none"))
+        else:
+            check(tag + " no lapse without a prior stop/jeopardy", True,
+                  "%s %d ms before expiry" % (state, exp - fin_at) if fin_at else "state %s" % state)
+
+
+def run_scenario(a, name, proxy, redis, clients, rules, allow_jeopardy, expect, during=None, wait_s=90):
+    print("== scenario %s: %s" % (name, ", ".join(c.name for c in clients)), flush=True)
+    proxy.set_rules(rules)
+    start = len(proxy.log)
+    t0 = time.time()
+    for c in clients:
+        c.start(a.logs, name)
+    if during:
+        during()
+    for c in clients:
+        c.wait(max(5, wait_s - (time.time() - t0)))
+    time.sleep(0.3)
+    log = proxy.log[start:]
+    with open(os.path.join(a.logs, "%s-proxy.jsonl" % name), "w") as f:
+        for e in log:
+            f.write(json.dumps(e) + "\n")
+    print("   %d requests through the proxy, %.1f s" % (len(log), time.time() - t0), flush=True)
+    for c in clients:
+        ok, detail = expect(c)
+        check("%s/%s ran as planned" % (name, c.name), ok,
+              "%s (exit %s, stop %s, finalize %s; log %s)" % (detail, c.rc, c.stop_reason(), c.finalize_status()[0],
+                                                              os.path.relpath(c.logfile, ROOT)))
+    server_checks(a, name, clients, log, redis, allow_jeopardy)
+    return log
+
+
+def expect_c_agent(c):
+    # The agent cancels after 3 extensions or 5 s, whichever first: against this server's
+    # additive extensions the beats spread out (its README runs `serve --max-lead-ms 4000`),
+    # so 1-2 extensions and a cancel is its planned end here; it sends no release.
+    n = sum(1 for e in c.events if e.get("ev") == "decision" and "attempt=extend outcome=200" in e.get("text", ""))
+    return "cancelled" in (c.stop_reason() or "") and n >= 1, "%d extensions, then cancelled" % n
+
+
+def expect_limit(c):
+    if c.name == "c-agent":
+        return expect_c_agent(c)
+    reason = c.stop_reason() or ""
+    status, _ = c.finalize_status()
+    return ("max_extensions" in reason and status == 200), "stopped max_extensions, release answered 200"
+
+
+def expect_planned(c):
+    """Stopped by its own request after the planned extensions (or at the limit), finalized 200."""
+    if c.name == "c-agent":
+        return expect_c_agent(c)
+    reason = c.stop_reason() or ""
+    status, _ = c.finalize_status()
+    ok_reason = ("cancel" in reason) or ("max_extensions" in reason)
+    return ok_reason and status == 200, "kept alive, stopped by its caller (or the limit), finalize answered 200"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--api-key", required=True)
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--redis-port", type=int, required=True)
+    p.add_argument("--redis-pid", type=int, required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--logs", required=True)
+    p.add_argument("--only", default="")
+    p.add_argument("--java-home", default=os.environ.get("LEASEBEAT_REALSERVER_JAVA_HOME",
+                                                         "/usr/lib/jvm/temurin-25-jdk-amd64"))
+    a = p.parse_args()
+    host, port = a.url.split("//", 1)[1].split(":")
+    proxy = FaultProxy(host, int(port))
+    redis = Redis(a.redis_port)
+    only = set(filter(None, a.only.split(",")))
+    want = lambda s: not only or s in only  # noqa: E731
+
+    try:
+        if want("limit"):
+            run_scenario(a, "limit", proxy, redis, make_clients(a, proxy.url, 1000, 300, 0, "release"),
+                         {}, allow_jeopardy=False, expect=expect_limit)
+        if want("faults"):
+            run_scenario(a, "faults", proxy, redis, make_clients(a, proxy.url, 2000, 500, 7, "commit"),
+                         {2: "drop", 4: "late=900", 6: "slow=250"}, allow_jeopardy=True, expect=expect_planned)
+        if want("pause"):
+            def pause():
+                time.sleep(4.0)
+                redis.cmd("CLIENT", "PAUSE", 4000, "WRITE")
+                print("   CLIENT PAUSE 4000 WRITE at %.0f" % (time.time() * 1000), flush=True)
+            log = run_scenario(a, "pause", proxy, redis, make_clients(a, proxy.url, 6000, 2500, 5, "commit"),
+                               {}, allow_jeopardy=True, expect=expect_planned, during=pause, wait_s=120)
+            n500 = sum(1 for e in log if e.get("status") == 500)
+            check("pause: the paused Redis writes gave real 500s", n500 > 0, "%d answers 500" % n500)
+        lapse_checks(redis)
+        if want("redisdown"):
+            redis_down(a, proxy)
+    finally:
+        proxy.close()
+    passed = sum(RESULTS)
+    failed = len(RESULTS) - passed
+    line = "realserver: %d passed, %d failed" % (passed, failed)
+    with open(os.path.join(a.logs, "closing"), "w") as f:
+        f.write(line + "\n")
+    print(line, flush=True)
+    return 1 if failed else 0
+
+
+def redis_down(a, proxy):
+    """Redis shut down under a running lease: the server's API-key check answers 401, and
+    the lease stops `rejected` (the contract's answer to a 401). Runs last: Redis stays down."""
+    clients = make_clients(a, proxy.url, 3000, 1000, 0, "release", which={"rust-run"})
+    print("== scenario redisdown: rust-run", flush=True)
+    proxy.set_rules({})
+    start = len(proxy.log)
+    c = clients[0]
+    c.start(a.logs, "redisdown")
+    deadline = time.time() + 30
+    while time.time() < deadline and sum(1 for e in proxy.log[start:] if e["kind"] == "extend") < 2:
+        time.sleep(0.05)
+    os.kill(a.redis_pid, signal.SIGTERM)
+    print("   redis-server (pid %d) stopped at %.0f" % (a.redis_pid, time.time() * 1000), flush=True)
+    c.wait(40)
+    log = proxy.log[start:]
+    with open(os.path.join(a.logs, "redisdown-proxy.jsonl"), "w") as f:
+        for e in log:
+            f.write(json.dumps(e) + "\n")
+    after = [e.get("status") for e in log if e["kind"] == "extend"][2:]
+    reason = c.stop_reason() or ""
+    check("redisdown: with Redis down the server answers 401 and the lease stops rejected",
+          401 in after and "rejected" in reason,
+          "extend answers after the shutdown %s, stop %s" % (after, reason))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
