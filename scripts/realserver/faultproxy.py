@@ -10,7 +10,9 @@ k-th distinct extend key of each reservation (a same-key retry passes untouched)
              without an answer (a response lost after the server applied the extend);
   late=MS    forward, then hold the server's answer MS ms before sending it (an answer
              later than the client's budget: the client gives up, the server applied it);
-  slow=MS    hold the request MS ms before forwarding it (a slow server).
+  slow=MS    hold the request MS ms before forwarding it (a slow server);
+  pause=MS   call ``on_pause(MS)`` first (the stage pauses Redis writes for MS ms:
+             the server's Redis call times out and it answers 500), then forward.
 
 Rules are set per scenario: ``proxy.set_rules({2: "drop", 4: "late=900"})``.
 """
@@ -31,8 +33,9 @@ PATH = re.compile(r"^/v1/reservations(?:/([^/]+)/(extend|commit|release))?$")
 
 
 class FaultProxy:
-    def __init__(self, upstream_host: str, upstream_port: int):
+    def __init__(self, upstream_host: str, upstream_port: int, on_pause=None):
         self.upstream = (upstream_host, upstream_port)
+        self.on_pause = on_pause
         self.rules: dict[int, str] = {}
         self.log: list[dict] = []
         self._keys: dict[str, list[str]] = {}  # reservation id -> distinct extend keys in order
@@ -95,6 +98,8 @@ class FaultProxy:
         fault = self._fault_for(kind, rid, key)
         if fault and fault.startswith("slow="):
             time.sleep(int(fault[5:]) / 1000.0)
+        if fault and fault.startswith("pause=") and self.on_pause:
+            self.on_pause(int(fault[6:]))
         headers = {k: v for k, v in h.headers.items() if k.lower() not in HOP}
         entry = {"t_req": t_req, "kind": kind, "rid": rid, "key": key,
                  "header_key": h.headers.get("X-Idempotency-Key"),

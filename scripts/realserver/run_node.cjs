@@ -25,6 +25,9 @@ const hb = new Heartbeat({
   }
 })
 const ac = new AbortController()
+// runHeartbeat's timers are unref'd (node/README.md): this script's only work is the
+// lease, so it keeps the process alive itself until the runner has ended.
+const keepAlive = setInterval(() => {}, 1000)
 let successes = 0
 runHeartbeat(hb, {
   baseUrl: url,
@@ -43,7 +46,9 @@ runHeartbeat(hb, {
 }).then((stop) => {
   emit({ ev: 'stop', rid: stop.reservationId, reason: stop.reason })
   emit({ ev: 'exit' })
+  clearInterval(keepAlive)
 }, (e) => {
+  clearInterval(keepAlive)
   emit({ ev: 'error', error: String(e) })
   process.exitCode = 1
 })

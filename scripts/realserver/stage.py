@@ -5,11 +5,13 @@ and httpx, Node runHeartbeat, Java HeartbeatRunner) holds one lease on the real 
 server through scripts/realserver/faultproxy.py, all runners at once, in each scenario:
 
   limit   no fault: extensions until the server's limit (10), then release (the C agent:
-          3 extensions, then cancel, as it always does);
+          3 extensions or 5 s, then cancel, as it always does);
   faults  extend #2's answer lost after the server applied it, #4's answer later than the
-          budget, #6 slow (under the budget); then commit (or release) after 7 extensions;
-  pause   Redis writes paused (CLIENT PAUSE 4000 WRITE) while the leases run: the server's
-          Redis calls time out (2 s) and it answers 500; then commit (or release).
+          budget, #6 slow (under the budget); then commit after 7 extensions (`leasebeat
+          run`: Ctrl-C, then release);
+  pause   Redis writes paused (CLIENT PAUSE 3000 WRITE) as each lease's 2nd extension goes
+          out: the server's Redis call times out (2 s) and it answers 500 (the queued script
+          still runs when the pause ends); then commit (or release) after 3 extensions.
   redisdown  (last) one `leasebeat run` while Redis is shut down: the server's API-key
           check then answers 401 and the lease stops `rejected`.
 
@@ -108,8 +110,10 @@ class Redis:
 class Client:
     """One runner process; its output lines become events with wall-clock times."""
 
-    def __init__(self, name, argv, env=None, fmt="json", expect=None):
+    def __init__(self, name, argv, env=None, fmt="json", expect=None, interrupt_after=0):
         self.name, self.argv, self.fmt, self.expect = name, argv, fmt, expect
+        self.interrupt_after = interrupt_after  # SIGINT after this many extensions (leasebeat run)
+        self.extends_ok = 0
         self.env = dict(os.environ, **(env or {}))
         self.events = []  # dicts with "t" (ms), "ev", "rid", ...
         self.raw = []
@@ -129,6 +133,10 @@ class Client:
             ev = self._parse(t, line.strip())
             if ev:
                 self.events.append(ev)
+                if ev.get("ev") == "decision" and ev.get("kind") == "extend" and ev.get("class") == "success":
+                    self.extends_ok += 1
+                    if self.extends_ok == self.interrupt_after:
+                        self.proc.send_signal(signal.SIGINT)  # `leasebeat run`: cancel, then release
 
     def _parse(self, t, line):
         if self.fmt == "c":
@@ -148,7 +156,8 @@ class Client:
         if self.fmt == "rust":  # `leasebeat run`'s JSON lines; the wall time is the arrival
             kind = {"decision": "decision", "stopped": "stop", "lease_in_jeopardy": "jeopardy",
                     "release": "finalize"}.get(d.get("event"), d.get("event"))
-            ev = {"t": t, "ev": kind, "rid": d.get("reservation_id"), "reason": d.get("reason")}
+            ev = {"t": t, "ev": kind, "rid": d.get("reservation_id"), "reason": d.get("reason"),
+                  "kind": d.get("kind"), "class": d.get("class")}
             if kind == "finalize":
                 res = d.get("result")
                 ev["status"] = res.get("status") if isinstance(res, dict) else res
@@ -204,6 +213,7 @@ class Client:
 
 
 def make_clients(a, url, ttl, timeout, extends, fin, which=None):
+    which = which or set(filter(None, a.clients.split(",")))
     w = a.work
     py = os.path.join(w, "venv", "bin", "python")
     here = os.path.dirname(os.path.abspath(__file__))
@@ -218,10 +228,11 @@ def make_clients(a, url, ttl, timeout, extends, fin, which=None):
     common = [url, a.api_key, str(ttl), str(timeout), str(extends), fin]
     java = os.path.join(a.java_home, "bin", "java")
     clients = [
-        # `leasebeat run` runs until the heartbeat stops by itself, then releases.
+        # `leasebeat run` runs until the heartbeat stops by itself (or Ctrl-C: SIGINT after
+        # EXTENDS extensions), then releases.
         Client("rust-run", [os.path.join(release, "leasebeat"), "run", "--url", url, "--create", create,
                             "--ttl-ms", str(ttl), "--timeout-ms", str(timeout)],
-               env={"LEASEBEAT_API_KEY": a.api_key}, fmt="rust"),
+               env={"LEASEBEAT_API_KEY": a.api_key}, fmt="rust", interrupt_after=extends),
         # The C example agent: 3 extensions (or 5 s), then cancel; it sends no release.
         Client("c-agent", [os.path.join(w, "c-agent"), url, a.api_key, str(timeout)], fmt="c"),
         Client("py-thread-urllib", [py, os.path.join(here, "run_python.py"), "thread", "urllib"] + common),
@@ -283,9 +294,22 @@ def server_checks(a, scenario, clients, proxy_log, redis, allow_jeopardy):
                 j = c.jeopardies()
                 check(tag + " no jeopardy when nothing went wrong", not j,
                       ", ".join("%s at %.0f" % (e.get("cause") or e.get("reason") or e.get("text"), e["t"]) for e in j))
-    orphans = {e["rid"] for e in proxy_log if e["kind"] == "create" and e.get("rid")} - claimed
-    check(scenario + " every reservation created belongs to a client that saw it", not orphans,
-          ", ".join(sorted(orphans)))
+    # A reservation the server created but no client learned of: the client's create timed
+    # out (twice: the one same-key retry) and it reported `create_failed`. Each such
+    # reservation must be matched by a client that reported that stop before it expired.
+    orphans = sorted({e["rid"] for e in proxy_log if e["kind"] == "create" and e.get("rid")} - claimed)
+    failed = sorted(c.first_stop_or_jeopardy() for c in clients
+                    if "create_failed" in (c.stop_reason() or "") and c.first_stop_or_jeopardy())
+    unmatched = []
+    for rid in orphans:
+        exp = int(redis.hgetall("reservation:res_" + rid).get("expires_at", 0))
+        if failed and failed[0] <= exp:
+            failed.pop(0)
+        else:
+            unmatched.append(rid)
+    check(scenario + " every reservation created is known to its client or reported create_failed",
+          not unmatched, "%d created unseen, reported by a create_failed stop%s"
+          % (len(orphans), (": unmatched " + ", ".join(unmatched)) if unmatched else ""))
 
 
 def lapse_checks(redis, cap_s=20.0):
@@ -382,32 +406,46 @@ def main():
     p.add_argument("--redis-pid", type=int, required=True)
     p.add_argument("--work", required=True)
     p.add_argument("--logs", required=True)
-    p.add_argument("--only", default="")
+    p.add_argument("--only", default="", help="comma-separated scenarios (default: all)")
+    p.add_argument("--clients", default="", help="comma-separated runner names (default: all)")
     p.add_argument("--java-home", default=os.environ.get("LEASEBEAT_REALSERVER_JAVA_HOME",
                                                          "/usr/lib/jvm/temurin-25-jdk-amd64"))
     a = p.parse_args()
+    a.work, a.logs = os.path.abspath(a.work), os.path.abspath(a.logs)
     host, port = a.url.split("//", 1)[1].split(":")
-    proxy = FaultProxy(host, int(port))
+    paused_until = [0.0]
+
+    def pause_writes(ms):
+        # One pause at a time: an extension that goes out during a pause meets it (and
+        # waits or gets its 500); only one after it has ended starts another.
+        if time.time() < paused_until[0]:
+            return
+        paused_until[0] = time.time() + ms / 1000.0
+        r = Redis(a.redis_port)
+        r.cmd("CLIENT", "PAUSE", ms, "WRITE")
+        r.s.close()
+        print("   CLIENT PAUSE %d WRITE at %.0f" % (ms, time.time() * 1000), flush=True)
+
+    proxy = FaultProxy(host, int(port), on_pause=pause_writes)
     redis = Redis(a.redis_port)
     only = set(filter(None, a.only.split(",")))
     want = lambda s: not only or s in only  # noqa: E731
 
+    warm_up(a)
     try:
         if want("limit"):
-            run_scenario(a, "limit", proxy, redis, make_clients(a, proxy.url, 1000, 300, 0, "release"),
+            run_scenario(a, "limit", proxy, redis, make_clients(a, proxy.url, 6000, 1000, 0, "release"),
                          {}, allow_jeopardy=False, expect=expect_limit)
         if want("faults"):
             run_scenario(a, "faults", proxy, redis, make_clients(a, proxy.url, 2000, 500, 7, "commit"),
                          {2: "drop", 4: "late=900", 6: "slow=250"}, allow_jeopardy=True, expect=expect_planned)
         if want("pause"):
-            def pause():
-                time.sleep(4.0)
-                redis.cmd("CLIENT", "PAUSE", 4000, "WRITE")
-                print("   CLIENT PAUSE 4000 WRITE at %.0f" % (time.time() * 1000), flush=True)
-            log = run_scenario(a, "pause", proxy, redis, make_clients(a, proxy.url, 6000, 2500, 5, "commit"),
-                               {}, allow_jeopardy=True, expect=expect_planned, during=pause, wait_s=120)
+            log = run_scenario(a, "pause", proxy, redis, make_clients(a, proxy.url, 8000, 2500, 3, "commit"),
+                               {2: "pause=3000"}, allow_jeopardy=True, expect=expect_planned, wait_s=120)
             n500 = sum(1 for e in log if e.get("status") == 500)
-            check("pause: the paused Redis writes gave real 500s", n500 > 0, "%d answers 500" % n500)
+            leases = len({e["rid"] for e in log if e.get("status") == 500})
+            check("pause: the paused Redis writes gave real 500s", n500 > 0,
+                  "%d answers 500, to %d of the leases" % (n500, leases))
         lapse_checks(redis)
         if want("redisdown"):
             redis_down(a, proxy)
@@ -420,6 +458,26 @@ def main():
         f.write(line + "\n")
     print(line, flush=True)
     return 1 if failed else 0
+
+
+def warm_up(a, rounds=30):
+    """A few reserve/extend/release rounds straight to the server (not through a runner):
+    a fresh JVM answers its first requests slowly, and the scenarios are about the runners."""
+    import urllib.request
+    t0 = time.time()
+    for i in range(rounds):
+        def post(path, body):
+            req = urllib.request.Request(a.url + path, data=json.dumps(body).encode(), method="POST",
+                                         headers={"X-Cycles-API-Key": a.api_key, "Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read())
+        key = "warmup-%d-%d" % (os.getpid(), i)
+        rid = post("/v1/reservations", {"idempotency_key": key, "subject": {"tenant": a.tenant},
+                                        "action": {"kind": "llm.completion", "name": "warmup"},
+                                        "estimate": {"unit": "TOKENS", "amount": 1}, "ttl_ms": 60000})["reservation_id"]
+        post("/v1/reservations/%s/extend" % rid, {"idempotency_key": key + "-x", "extend_by_ms": 1000})
+        post("/v1/reservations/%s/release" % rid, {"idempotency_key": key + "-r"})
+    print("== warm-up: %d reserve/extend/release rounds in %.1f s" % (rounds, time.time() - t0), flush=True)
 
 
 def redis_down(a, proxy):
