@@ -108,8 +108,10 @@ rc() { redis-cli -p "$REDIS_PORT" "$@" >/dev/null; }
 rc FLUSHALL
 rc SET "apikey:lookup:$prefix" key-leasebeat
 rc SET apikey:key-leasebeat "{\"key_id\":\"key-leasebeat\",\"tenant_id\":\"$TENANT\",\"key_prefix\":\"$prefix\",\"key_hash\":\"$API_KEY_HASH\",\"name\":\"leasebeat realserver stage\",\"status\":\"ACTIVE\",\"permissions\":[],\"created_at\":\"$now_iso\"}"
-rc HSET "budget:tenant:$TENANT:TOKENS" scope "tenant:$TENANT" unit TOKENS allocated 1000000000000 \
-  remaining 1000000000000 reserved 0 spent 0 debt 0 overdraft_limit 0 is_over_limit false
+for unit in TOKENS USD_MICROCENTS; do # the SDKs' live tests reserve USD_MICROCENTS
+  rc HSET "budget:tenant:$TENANT:$unit" scope "tenant:$TENANT" unit "$unit" allocated 1000000000000 \
+    remaining 1000000000000 reserved 0 spent 0 debt 0 overdraft_limit 0 is_over_limit false
+done
 
 "$JAVA_HOME_RS/bin/java" -Xms256m -Xmx768m -jar "$JAR" \
   --server.port="$SERVER_PORT" --server.address=127.0.0.1 \

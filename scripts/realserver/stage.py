@@ -12,6 +12,9 @@ server through scripts/realserver/faultproxy.py, all runners at once, in each sc
   pause   Redis writes paused (CLIENT PAUSE 3000 WRITE) as each lease's 2nd extension goes
           out: the server's Redis call times out (2 s) and it answers 500 (the queued script
           still runs when the pause ends); then commit (or release) after 3 extensions.
+  sdk     the SDKs' own live-server tests (runcycles Python 0.5.3 with leasebeat's adapter,
+          runcycles-typescript 0.4.3), pointed at the server by CYCLES_BASE_URL, one check
+          per test (scripts/realserver/sdk-live.sh);
   redisdown  (last) one `leasebeat run` while Redis is shut down: the server's API-key
           check then answers 401 and the lease stops `rejected`.
 
@@ -447,6 +450,8 @@ def main():
             check("pause: the paused Redis writes gave real 500s", n500 > 0,
                   "%d answers 500, to %d of the leases" % (n500, leases))
         lapse_checks(redis)
+        if want("sdk"):
+            sdk_live(a)
         if want("redisdown"):
             redis_down(a, proxy)
     finally:
@@ -458,6 +463,33 @@ def main():
         f.write(line + "\n")
     print(line, flush=True)
     return 1 if failed else 0
+
+
+def sdk_live(a):
+    """The SDKs' own live-server tests (scripts/realserver/sdk-live.sh), one check per test."""
+    env = dict(os.environ, CYCLES_BASE_URL=a.url, CYCLES_API_KEY=a.api_key, CYCLES_TENANT=a.tenant)
+    for sdk in ("python", "typescript"):
+        print("== sdk %s: its live-server tests" % sdk, flush=True)
+        t0 = time.time()
+        out = subprocess.run(["bash", os.path.join(os.path.dirname(os.path.abspath(__file__)), "sdk-live.sh"),
+                              sdk, a.work], env=env, capture_output=True, text=True, timeout=900).stdout
+        with open(os.path.join(a.logs, "sdk-%s.log" % sdk), "w") as f:
+            f.write(out)
+        n = 0
+        for line in out.splitlines():
+            m = re.match(r"^(PASSED|FAILED|ERROR|SKIPPED) (\S+)", line)  # pytest -rA
+            if m:
+                check("sdk %s: %s" % (sdk, m.group(2)), m.group(1) == "PASSED")
+                n += 1
+                continue
+            m = re.match(r"^\s*(✓|×|✗|↓) (.+?)(\s+\d+ms)?$", line)  # vitest --reporter=verbose
+            if m:
+                check("sdk %s: %s" % (sdk, m.group(2)), m.group(1) == "✓")
+                n += 1
+        if n == 0:
+            check("sdk %s: its live-server tests ran" % sdk, False,
+                  "no test result (log %s)" % os.path.relpath(os.path.join(a.logs, "sdk-%s.log" % sdk), ROOT))
+        print("   %.1f s" % (time.time() - t0), flush=True)
 
 
 def warm_up(a, rounds=30):
