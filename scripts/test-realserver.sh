@@ -16,6 +16,9 @@
 #     BaseIntegrationTest does, and stops both by PID at the end, also on failure;
 #  4. runs scripts/realserver/stage.py: the scenarios and their checks, one PASS/FAIL line
 #     each, closing line `realserver: N passed, M failed`.
+# LEASEBEAT_REALSERVER_ONLY=limit,faults,pause,sdk,redisdown runs only those scenarios.
+# LEASEBEAT_REALSERVER_BENCH="LEASES TTL_MS BUDGET_MS SECONDS[,...]" measures instead
+# (`leasebeat bench-driver --url`, lapses judged from Redis: scripts/realserver/bench.py).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -98,7 +101,8 @@ redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 || fail_early "redis-server did 
 API_KEY="cyc_leasebeat_realserver_key"
 API_KEY_HASH=""
 TENANT=demo
-"$JAVA_HOME_RS/bin/java" -cp "$(find ~/.m2/repository/org/mindrot/jbcrypt -name 'jbcrypt-*.jar' | head -1)" \
+JBCRYPT="$(find ~/.m2/repository/org/mindrot/jbcrypt -name 'jbcrypt-*.jar' | head -1)"
+"$JAVA_HOME_RS/bin/java" -cp "$JBCRYPT" \
   "$ROOT/scripts/realserver/BcryptHash.java" "$API_KEY" >"$WORK/hash" 2>"$LOGS/hash.log" &&
   API_KEY_HASH="$(cat "$WORK/hash")"
 case "$API_KEY_HASH" in \$2a\$*) ;; *) fail_early "no \$2a\$ hash of the API key" ;; esac
@@ -131,6 +135,15 @@ done
 echo "==> realserver: server ready at $URL in $((SECONDS - t)) s (redis 127.0.0.1:$REDIS_PORT)"
 
 # ---------------------------------------------------------------- 4. scenarios + checks
+if [ -n "${LEASEBEAT_REALSERVER_BENCH:-}" ]; then
+  # A measurement instead of the stage (scripts/realserver/bench.py):
+  # LEASEBEAT_REALSERVER_BENCH="LEASES TTL_MS BUDGET_MS SECONDS[,LEASES TTL_MS BUDGET_MS SECONDS...]"
+  python3 "$ROOT/scripts/realserver/bench.py" "$URL" "$REDIS_PORT" "$LEASEBEAT_REALSERVER_BENCH" \
+    "${CARGO_TARGET_DIR:-$ROOT/target}/release/leasebeat" "$LOGS" "$JAVA_HOME_RS/bin/java" "$JBCRYPT"
+  status=$?
+  cleanup
+  exit "$status"
+fi
 python3 "$ROOT/scripts/realserver/stage.py" --url "$URL" --api-key "$API_KEY" --tenant "$TENANT" \
   --redis-port "$REDIS_PORT" --redis-pid "$REDIS_PID" --work "$WORK" --logs "$LOGS" \
   ${LEASEBEAT_REALSERVER_ONLY:+--only "$LEASEBEAT_REALSERVER_ONLY"}
