@@ -38,10 +38,17 @@ public class RunJava {
     long ttl = Long.parseLong(a[2]), timeout = Long.parseLong(a[3]);
     int extendsWanted = Integer.parseInt(a[4]);
     boolean commit = a[5].equals("commit");
-    Heartbeat hb = Heartbeat.builder().ttlMillis(ttl).requestTimeoutMillis(timeout)
-        .createRequestJson("{\"subject\":{\"tenant\":\"demo\"},\"action\":{\"kind\":\"llm.completion\","
-            + "\"name\":\"leasebeat-realserver\"},\"estimate\":{\"unit\":\"TOKENS\",\"amount\":1000}}")
-        .build();
+    // LEASEBEAT_ADOPT_RESERVATION=ID: heartbeat that existing reservation (Builder.reservationId).
+    String adopt = System.getenv("LEASEBEAT_ADOPT_RESERVATION");
+    Heartbeat.Builder b = Heartbeat.builder().ttlMillis(ttl).requestTimeoutMillis(timeout);
+    if (adopt != null && !adopt.isEmpty()) {
+      b.reservationId(adopt);
+    } else {
+      b.createRequestJson("{\"subject\":{\"tenant\":\"demo\"},\"action\":{\"kind\":\"llm.completion\","
+          + "\"name\":\"leasebeat-realserver\"},\"estimate\":{\"unit\":\"TOKENS\",\"amount\":1000}}");
+    }
+    Heartbeat hb = b.build();
+    int created = (adopt != null && !adopt.isEmpty()) ? 0 : 1;
     AtomicInteger successes = new AtomicInteger();
     AtomicReference<HeartbeatRunner> self = new AtomicReference<>();
     HeartbeatRunner.Listener listener = new HeartbeatRunner.Listener() {
@@ -50,7 +57,7 @@ public class RunJava {
         emit("\"ev\":\"decision\",\"rid\":" + q(rid.orElse(null)) + ",\"outcome\":" + q(d.outcome().wire())
             + ",\"decision\":" + d.toJson());
         if (d.outcome().wire().equals("success")
-            && extendsWanted > 0 && successes.incrementAndGet() == extendsWanted + 1) {
+            && extendsWanted > 0 && successes.incrementAndGet() == extendsWanted + created) {
           HeartbeatRunner r = self.get();
           if (commit) {
             r.stopAndCommit("{\"unit\":\"TOKENS\",\"amount\":500}");

@@ -15,7 +15,9 @@ const { Heartbeat, runHeartbeat } = require(path.join(__dirname, '..', '..', 'no
 const [url, apiKey, ttl, timeout, extendsArg, fin] = process.argv.slice(2)
 const extendsWanted = Number(extendsArg)
 const emit = (o) => process.stdout.write(JSON.stringify({ ...o, t: Date.now() }, (k, v) => typeof v === 'bigint' ? Number(v) : v) + '\n')
-const hb = new Heartbeat({
+const adopt = process.env.LEASEBEAT_ADOPT_RESERVATION
+// LEASEBEAT_ADOPT_RESERVATION=ID: heartbeat that existing reservation (forReservation).
+const hb = adopt ? Heartbeat.forReservation(adopt, { ttlMs: Number(ttl), requestTimeoutMs: Number(timeout) }) : new Heartbeat({
   ttlMs: Number(ttl),
   requestTimeoutMs: Number(timeout),
   createRequest: {
@@ -38,7 +40,7 @@ runHeartbeat(hb, {
     emit({ ev: 'decision', rid: d.reservationId, outcome: d.outcome, next: d.next, reason: d.reason, remaining_ttl_ms: d.remainingTtlMs })
     if (d.outcome === 'success') {
       successes++
-      if (extendsWanted && successes === extendsWanted + 1) ac.abort()
+      if (extendsWanted && successes === extendsWanted + (adopt ? 0 : 1)) ac.abort()
     }
   },
   onJeopardy: (e) => emit({ ev: 'jeopardy', rid: e.reservationId, cause: e.cause }),

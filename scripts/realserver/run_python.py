@@ -2,7 +2,8 @@
 
 usage: run_python.py thread|asyncio urllib|httpx URL API_KEY TTL_MS TIMEOUT_MS EXTENDS release|commit
 
-Runs leasebeat.run (a thread) or leasebeat.aio.run (a task) over the named transport, the
+With LEASEBEAT_ADOPT_RESERVATION=ID it heartbeats that existing reservation
+(Heartbeat.for_reservation) instead of creating one. Runs leasebeat.run (a thread) or leasebeat.aio.run (a task) over the named transport, the
 same entry points py/tests/test_runner.py drives against `leasebeat serve`. With EXTENDS > 0
 it stops after that many successful extensions (releasing or committing); with 0 it runs
 until the heartbeat stops by itself (the server's extension limit) and then releases
@@ -12,6 +13,7 @@ decisions, jeopardy, the stop and the finalize answer.
 
 import asyncio
 import json
+import os
 import sys
 import threading
 import time
@@ -40,13 +42,14 @@ class Log(leasebeat.Listener):
         self.extends = extends
         self.seen = 0
         self.on_enough = on_enough
+        self.adopt = bool(os.environ.get("LEASEBEAT_ADOPT_RESERVATION"))
 
     def on_decision(self, d):
         emit(ev="decision", rid=d.reservation_id, outcome=str(d.outcome), next=str(d.next),
              reason=str(d.reason) if d.reason is not None else None, remaining_ttl_ms=d.remaining_ttl_ms)
         if str(d.outcome).endswith("success"):
             self.seen += 1
-            if self.extends and self.seen == self.extends + 1:  # the create's success, then EXTENDS
+            if self.extends and self.seen == self.extends + (0 if self.adopt else 1):  # (the create), EXTENDS
                 self.on_enough()
 
     def on_jeopardy(self, e):
@@ -63,7 +66,11 @@ class Log(leasebeat.Listener):
 def main():
     mode, transport, url, key, ttl, timeout, extends, fin = sys.argv[1:9]
     ttl, timeout, extends = int(ttl), int(timeout), int(extends)
-    hb = leasebeat.Heartbeat(ttl, timeout, create_request=CREATE)
+    adopt = os.environ.get("LEASEBEAT_ADOPT_RESERVATION")
+    if adopt:  # an existing reservation: its first beat is an immediate extension
+        hb = leasebeat.Heartbeat.for_reservation(adopt, ttl, timeout)
+    else:
+        hb = leasebeat.Heartbeat(ttl, timeout, create_request=CREATE)
     finalize = {"commit": ACTUAL} if fin == "commit" else {"release": True}
     if mode == "thread":
         if transport == "httpx":

@@ -12,6 +12,8 @@ server through scripts/realserver/faultproxy.py, all runners at once, in each sc
   pause   Redis writes paused (CLIENT PAUSE 3000 WRITE) as each lease's 2nd extension goes
           out: the server's Redis call times out (2 s) and it answers 500 (the queued script
           still runs when the pause ends); then commit (or release) after 3 extensions.
+  adopt   each runner that can adopt heartbeats a reservation created beforehand (its first
+          beat an immediate extension): 3 extensions, then release; no jeopardy allowed;
   sdk     the SDKs' own live-server tests (runcycles Python 0.5.3 with leasebeat's adapter,
           runcycles-typescript 0.4.3), pointed at the server by CYCLES_BASE_URL, one check
           per test (scripts/realserver/sdk-live.sh);
@@ -254,7 +256,7 @@ def make_clients(a, url, ttl, timeout, extends, fin, which=None):
 # ------------------------------------------------------------------ checks
 
 
-def server_checks(a, scenario, clients, proxy_log, redis, allow_jeopardy):
+def server_checks(a, scenario, clients, proxy_log, redis, allow_jeopardy, jeopardy_note=""):
     """The Redis-side checks for every reservation a client of this scenario touched."""
     now = redis.now_ms()
     claimed = set()
@@ -296,7 +298,7 @@ def server_checks(a, scenario, clients, proxy_log, redis, allow_jeopardy):
             if not allow_jeopardy:
                 j = c.jeopardies()
                 check(tag + " no jeopardy when nothing went wrong", not j,
-                      ", ".join("%s at %.0f" % (e.get("cause") or e.get("reason") or e.get("text"), e["t"]) for e in j))
+                      (jeopardy_note + ": " if j and jeopardy_note else "") + ", ".join("%s at %.0f" % (e.get("cause") or e.get("reason") or e.get("text"), e["t"]) for e in j))
     # A reservation the server created but no client learned of: the client's create timed
     # out (twice: the one same-key retry) and it reported `create_failed`. Each such
     # reservation must be matched by a client that reported that stop before it expired.
@@ -348,7 +350,8 @@ def lapse_checks(redis, cap_s=20.0):
                   "%s %d ms before expiry" % (state, exp - fin_at) if fin_at else "state %s" % state)
 
 
-def run_scenario(a, name, proxy, redis, clients, rules, allow_jeopardy, expect, during=None, wait_s=90):
+def run_scenario(a, name, proxy, redis, clients, rules, allow_jeopardy, expect, during=None, wait_s=90,
+                 jeopardy_note=""):
     print("== scenario %s: %s" % (name, ", ".join(c.name for c in clients)), flush=True)
     proxy.set_rules(rules)
     start = len(proxy.log)
@@ -370,7 +373,7 @@ def run_scenario(a, name, proxy, redis, clients, rules, allow_jeopardy, expect, 
         check("%s/%s ran as planned" % (name, c.name), ok,
               "%s (exit %s, stop %s, finalize %s; log %s)" % (detail, c.rc, c.stop_reason(), c.finalize_status()[0],
                                                               os.path.relpath(c.logfile, ROOT)))
-    server_checks(a, name, clients, log, redis, allow_jeopardy)
+    server_checks(a, name, clients, log, redis, allow_jeopardy, jeopardy_note)
     return log
 
 
@@ -449,6 +452,8 @@ def main():
             leases = len({e["rid"] for e in log if e.get("status") == 500})
             check("pause: the paused Redis writes gave real 500s", n500 > 0,
                   "%d answers 500, to %d of the leases" % (n500, leases))
+        if want("adopt"):
+            adopt(a, proxy, redis)
         lapse_checks(redis)
         if want("sdk"):
             sdk_live(a)
@@ -463,6 +468,35 @@ def main():
         f.write(line + "\n")
     print(line, flush=True)
     return 1 if failed else 0
+
+
+def create_direct(a, ttl_ms):
+    """A reservation created straight at the server (not through a runner or the proxy)."""
+    import urllib.request
+    body = {"idempotency_key": "adopt-%d-%f" % (os.getpid(), time.time()), "subject": {"tenant": a.tenant},
+            "action": {"kind": "llm.completion", "name": "adopted"},
+            "estimate": {"unit": "TOKENS", "amount": 1000}, "ttl_ms": ttl_ms}
+    req = urllib.request.Request(a.url + "/v1/reservations", data=json.dumps(body).encode(), method="POST",
+                                 headers={"X-Cycles-API-Key": a.api_key, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())["reservation_id"]
+
+
+def adopt(a, proxy, redis):
+    """Every runner that can adopt an existing reservation (`leasebeat run --reservation`,
+    Heartbeat.for_reservation / forReservation / Builder.reservationId; the C agent cannot)
+    heartbeats one created here: 3 extensions, then release or commit. Its first beat is an
+    immediate extension, on time: a jeopardy here is issue 25's item 2 (a false `late_beat`
+    on every adoption) until that fix is merged."""
+    clients = [c for c in make_clients(a, proxy.url, 6000, 1000, 3, "release") if c.name != "c-agent"]
+    for c in clients:
+        rid = create_direct(a, 6000)
+        c.env["LEASEBEAT_ADOPT_RESERVATION"] = rid
+        if c.name == "rust-run":
+            i = c.argv.index("--create")
+            c.argv[i:i + 2] = ["--reservation", rid]
+    run_scenario(a, "adopt", proxy, redis, clients, {}, allow_jeopardy=False, expect=expect_planned,
+                 jeopardy_note="a `late_beat` here is issue 25 item 2, the false jeopardy on adoption")
 
 
 def sdk_live(a):
