@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The SDKs' own live-server tests against the real server (run by stage.py).
-# usage: sdk-live.sh python|typescript WORK   with CYCLES_BASE_URL, CYCLES_API_KEY and
+# usage: sdk-live.sh python|python-setup|typescript WORK   with CYCLES_BASE_URL, CYCLES_API_KEY and
 # CYCLES_TENANT set (the variables the SDKs' nightly workflows pass).
 #
 #  python      runcycles 0.5.3's sdist (pip download, as integrations/python-runcycles/run.sh
@@ -10,13 +10,14 @@
 #  typescript  runcycles-typescript 0.4.3 (../shared/peers, as the integration's run.sh finds
 #              it) copied into WORK; `vitest run tests/integration` (live-server.test.ts). Its
 #              leasebeat adapter is not applied: these tests call the server with fetch only.
+# python-setup only installs (stage.py's SDK runners use that venv).
 # Last line: `sdk-<name>-live: N passed, M failed`.
 set -uo pipefail
 which="$1"
 WORK="$2"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 case "$which" in
-python)
+python | python-setup)
   VERSION=0.5.3
   SDK="$WORK/sdk-python/runcycles-$VERSION"
   if [ ! -f "$SDK/.installed-in-venv" ]; then
@@ -32,6 +33,8 @@ python)
     (cd "$SDK" && "$WORK/sdk-python/venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]' requests) &&
       touch "$SDK/.installed-in-venv"
   fi
+  [ -f "$SDK/.installed-in-venv" ] || { echo "sdk-python-live: 0 passed, 1 failed"; exit 1; }
+  [ "$which" = python-setup ] && exit 0
   out="$(cd "$SDK" && "$WORK/sdk-python/venv/bin/python" -m pytest -p no:cacheprovider -q -rA tests/integration 2>&1)"
   echo "$out"
   p=$(grep -cE '^PASSED ' <<<"$out")

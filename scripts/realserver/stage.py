@@ -8,7 +8,8 @@ server through scripts/realserver/faultproxy.py, all runners at once, in each sc
           3 extensions or 5 s, then cancel, as it always does);
   faults  extend #1's answer lost after the server applied it, #3's answer later than the
           budget (2 s > 1.5 s), #4 slow (0.6 s, under the budget); then commit after 5
-          extensions (`leasebeat run`: Ctrl-C, then release);
+          extensions (`leasebeat run`: Ctrl-C, then release); also runcycles Python with
+          leasebeat's adapter: a @cycles function (sync, async) outliving its 20 s lease;
   pause   Redis writes paused (CLIENT PAUSE 3000 WRITE) as each lease's 2nd extension goes
           out: the server's Redis call times out (2 s) and it answers 500 (the queued script
           still runs when the pause ends); then commit (or release) after 3 extensions.
@@ -217,6 +218,20 @@ class Client:
         return [e for e in self.events if e.get("ev") == "jeopardy"]
 
 
+def sdk_clients(a, url):
+    """runcycles Python with leasebeat's adapter: a @cycles function (sync, async) that
+    outlives its 20 s lease by 4 s, then commits (scripts/realserver/run_sdk_python.py)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    py = os.path.join(a.work, "sdk-python", "venv", "bin", "python")
+    if not os.path.exists(py):
+        subprocess.run(["bash", os.path.join(here, "sdk-live.sh"), "python-setup", a.work],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    which = set(filter(None, a.clients.split(",")))
+    return [Client("sdk-py-" + mode, [py, os.path.join(here, "run_sdk_python.py"), mode, url, a.api_key, a.tenant,
+                                      "20000", "24"]) for mode in ("sync", "async")
+            if not which or "sdk-py-" + mode in which]
+
+
 def make_clients(a, url, ttl, timeout, extends, fin, which=None):
     which = which or set(filter(None, a.clients.split(",")))
     w = a.work
@@ -395,6 +410,10 @@ def expect_limit(c):
 
 def expect_planned(c):
     """Stopped by its own request after the planned extensions (or at the limit), finalized 200."""
+    if c.name.startswith("sdk-py-"):
+        done = any(e.get("ev") == "exit" and e.get("result") == "done" for e in c.events)
+        committed = any("Commit successful" in (e.get("msg") or "") for e in c.events)
+        return done and committed, "the function outlived its lease and its commit was accepted"
     if c.name == "c-agent":
         return expect_c_agent(c)
     reason = c.stop_reason() or ""
@@ -443,7 +462,8 @@ def main():
             run_scenario(a, "limit", proxy, redis, make_clients(a, proxy.url, 6000, 1000, 0, "release"),
                          {}, allow_jeopardy=False, expect=expect_limit)
         if want("faults"):
-            run_scenario(a, "faults", proxy, redis, make_clients(a, proxy.url, 6000, 1500, 5, "commit"),
+            run_scenario(a, "faults", proxy, redis,
+                         make_clients(a, proxy.url, 6000, 1500, 5, "commit") + sdk_clients(a, proxy.url),
                          {1: "drop", 3: "late=2000", 4: "slow=600"}, allow_jeopardy=True, expect=expect_planned)
         if want("pause"):
             log = run_scenario(a, "pause", proxy, redis, make_clients(a, proxy.url, 8000, 2500, 3, "commit"),
