@@ -55,7 +55,12 @@ class FaultProxy:
             def do_GET(self):
                 proxy._handle(self)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            # socketserver's default listen backlog is 5: ten runners connecting at once
+            # (one connection per request) overflowed it, and a dropped SYN costs ~1 s.
+            request_queue_size = 256
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

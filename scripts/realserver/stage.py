@@ -7,7 +7,7 @@ server through scripts/realserver/faultproxy.py, all runners at once, in each sc
   limit   no fault: extensions until the server's limit (10), then release (the C agent:
           3 extensions or 5 s, then cancel, as it always does);
   faults  extend #1's answer lost after the server applied it, #3's answer later than the
-          budget (2 s > 1.5 s), #4 slow (0.6 s, under the budget); then commit after 5
+          budget (1.5 s > 1 s), #4 slow (0.4 s, under the budget); then commit after 5
           extensions (`leasebeat run`: Ctrl-C, then release); also runcycles Python with
           leasebeat's adapter: a @cycles function (sync, async) outliving its 20 s lease;
   pause   Redis writes paused (CLIENT PAUSE 3000 WRITE) as each lease's 2nd extension goes
@@ -312,8 +312,13 @@ def server_checks(a, scenario, clients, proxy_log, redis, allow_jeopardy, jeopar
                   "; ".join(bad) if bad else "%d same-key resends" % replays)
             if not allow_jeopardy:
                 j = c.jeopardies()
+                note = jeopardy_note
+                if any(not e.get("rid") for e in j):
+                    note = ("a jeopardy before the create was even answered: the first action is due at "
+                            "the heartbeat's origin and a runner started later reads it as a late beat "
+                            "(issue 25 item 2's cause, on the create path)")
                 check(tag + " no jeopardy when nothing went wrong", not j,
-                      (jeopardy_note + ": " if j and jeopardy_note else "") + ", ".join("%s at %.0f" % (e.get("cause") or e.get("reason") or e.get("text"), e["t"]) for e in j))
+                      (note + ": " if j and note else "") + ", ".join("%s at %.0f" % (e.get("cause") or e.get("reason") or e.get("text"), e["t"]) for e in j))
     # A reservation the server created but no client learned of: the client's create timed
     # out (twice: the one same-key retry) and it reported `create_failed`. Each such
     # reservation must be matched by a client that reported that stop before it expired.
@@ -463,8 +468,8 @@ def main():
                          {}, allow_jeopardy=False, expect=expect_limit)
         if want("faults"):
             run_scenario(a, "faults", proxy, redis,
-                         make_clients(a, proxy.url, 6000, 1500, 5, "commit") + sdk_clients(a, proxy.url),
-                         {1: "drop", 3: "late=2000", 4: "slow=600"}, allow_jeopardy=True, expect=expect_planned)
+                         make_clients(a, proxy.url, 6000, 1000, 5, "commit") + sdk_clients(a, proxy.url),
+                         {1: "drop", 3: "late=1500", 4: "slow=400"}, allow_jeopardy=True, expect=expect_planned)
         if want("pause"):
             log = run_scenario(a, "pause", proxy, redis, make_clients(a, proxy.url, 8000, 2500, 3, "commit"),
                                {2: "pause=3000"}, allow_jeopardy=True, expect=expect_planned, wait_s=120)
