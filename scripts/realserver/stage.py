@@ -7,7 +7,7 @@ server through scripts/realserver/faultproxy.py, all runners at once, in each sc
   limit   no fault: extensions until the server's limit (10), then release (the C agent:
           3 extensions or 5 s, then cancel, as it always does);
   faults  extend #1's answer lost after the server applied it, #3's answer later than the
-          budget (1.5 s > 1 s), #4 slow (0.4 s, under the budget); then commit after 5
+          budget (2 s > 1.5 s), #4 slow (0.5 s, under the budget); then commit after 5
           extensions (`leasebeat run`: Ctrl-C, then release); also runcycles Python with
           leasebeat's adapter: a @cycles function (sync, async) outliving its 20 s lease;
   pause   Redis writes paused (CLIENT PAUSE 3000 WRITE) as each lease's 2nd extension goes
@@ -254,7 +254,8 @@ def make_clients(a, url, ttl, timeout, extends, fin, which=None):
                             "--ttl-ms", str(ttl), "--timeout-ms", str(timeout)],
                env={"LEASEBEAT_API_KEY": a.api_key}, fmt="rust", interrupt_after=extends),
         # The C example agent: 3 extensions (or 5 s), then cancel; it sends no release.
-        Client("c-agent", [os.path.join(w, "c-agent"), url, a.api_key, str(timeout)], fmt="c"),
+        # (its TTL is 4 s, fixed in agent.c: a budget over 1 s would leave it no retry window)
+        Client("c-agent", [os.path.join(w, "c-agent"), url, a.api_key, str(min(timeout, 1000))], fmt="c"),
         Client("py-thread-urllib", [py, os.path.join(here, "run_python.py"), "thread", "urllib"] + common),
         Client("py-thread-httpx", [py, os.path.join(here, "run_python.py"), "thread", "httpx"] + common),
         Client("py-asyncio-urllib", [py, os.path.join(here, "run_python.py"), "asyncio", "urllib"] + common),
@@ -464,12 +465,12 @@ def main():
     warm_up(a)
     try:
         if want("limit"):
-            run_scenario(a, "limit", proxy, redis, make_clients(a, proxy.url, 6000, 1000, 0, "release"),
+            run_scenario(a, "limit", proxy, redis, make_clients(a, proxy.url, 8000, 1500, 0, "release"),
                          {}, allow_jeopardy=False, expect=expect_limit)
         if want("faults"):
             run_scenario(a, "faults", proxy, redis,
-                         make_clients(a, proxy.url, 6000, 1000, 5, "commit") + sdk_clients(a, proxy.url),
-                         {1: "drop", 3: "late=1500", 4: "slow=400"}, allow_jeopardy=True, expect=expect_planned)
+                         make_clients(a, proxy.url, 8000, 1500, 5, "commit") + sdk_clients(a, proxy.url),
+                         {1: "drop", 3: "late=2000", 4: "slow=500"}, allow_jeopardy=True, expect=expect_planned)
         if want("pause"):
             log = run_scenario(a, "pause", proxy, redis, make_clients(a, proxy.url, 8000, 2500, 3, "commit"),
                                {2: "pause=3000"}, allow_jeopardy=True, expect=expect_planned, wait_s=120)
@@ -513,9 +514,9 @@ def adopt(a, proxy, redis):
     heartbeats one created here: 2 extensions, then release. Its first beat is an
     immediate extension, on time: a jeopardy here is issue 25's item 2 (a false `late_beat`
     on every adoption) until that fix is merged."""
-    clients = [c for c in make_clients(a, proxy.url, 6000, 1500, 2, "release") if c.name != "c-agent"]
+    clients = [c for c in make_clients(a, proxy.url, 8000, 2000, 2, "release") if c.name != "c-agent"]
     for c in clients:
-        rid = create_direct(a, 12000)  # room for a slow start (a JVM compiling RunJava.java)
+        rid = create_direct(a, 15000)  # room for a slow start (a JVM compiling RunJava.java)
         c.env["LEASEBEAT_ADOPT_RESERVATION"] = rid
         if c.name == "rust-run":
             i = c.argv.index("--create")
