@@ -15,7 +15,7 @@ if [ "${LEASEBEAT_SKIP_SETUP:-0}" != 1 ]; then
     bash "$setup"
   done
 fi
-stages=(lint rust c python node jvm fuzz integrations)
+stages=(lint rust c python node jvm fuzz integrations realserver)
 
 # The summary at the end (and after a failing stage): stage, time, tests passed and failed
 # (summed over the closing lines each stage's runners print: cargo's `test result:`, the C
@@ -34,8 +34,9 @@ count_tests() { # $1 = stage, $2 = its log -> "passed failed expected" ("-" when
       }
       seen = 1
     }
-    stage == "integrations" {
-      if ($0 ~ /^integrations: [0-9]+ passed, [0-9]+ failed/) {
+    # Stages whose own closing line sums everything they ran.
+    stage == "integrations" || stage == "realserver" {
+      if (index($0, stage ": ") == 1 && $0 ~ /^[a-z]+: [0-9]+ passed, [0-9]+ failed/) {
         last = $0
       }
       next
@@ -51,7 +52,7 @@ count_tests() { # $1 = stage, $2 = its log -> "passed failed expected" ("-" when
       p += a[2] - a[3] - a[4] - a[5]; f += a[3] + a[4]; seen = 1; next
     }
     END {
-      if (stage == "integrations" && last != "") {
+      if ((stage == "integrations" || stage == "realserver") && last != "") {
         n = split(last, a, /[^0-9]+/)
         e = 0
         if (match(last, /\([0-9]+ expected\)/)) e = substr(last, RSTART + 1, RLENGTH - 11) + 0

@@ -227,6 +227,8 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
     std::thread::sleep(Duration::from_millis(200));
     let mut lapses = 0u64;
     let mut unreported = 0u64;
+    // How long before its expiry each lapsed lease was reported (ms; reported ones only).
+    let mut report_lead_ms: Vec<u64> = Vec::new();
     if let Some(path) = &opts.lapse_file {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         for line in text.lines().filter(|l| l.starts_with("LAPSE ")) {
@@ -245,8 +247,9 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
                 continue;
             }
             lapses += 1;
-            if reported.get(&id).is_none_or(|t| *t > exp) {
-                unreported += 1;
+            match reported.get(&id) {
+                Some(t) if *t <= exp => report_lead_ms.push(exp - *t),
+                _ => unreported += 1,
             }
         }
     }
@@ -289,6 +292,17 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
             "heap_bytes_per_lease={} heap_bytes_per_lease_at_end={}",
             heap_after_ramp.saturating_sub(heap0) / opts.leases.max(1) as u64,
             heap_end.saturating_sub(heap0) / opts.leases.max(1) as u64,
+        );
+    }
+    if !report_lead_ms.is_empty() {
+        report_lead_ms.sort_unstable();
+        let q = |p: f64| report_lead_ms[((report_lead_ms.len() - 1) as f64 * p).round() as usize];
+        println!(
+            "reported_lapses={} report_lead_ms_min={} report_lead_ms_p50={} report_lead_ms_max={}",
+            report_lead_ms.len(),
+            q(0.0),
+            q(0.5),
+            q(1.0),
         );
     }
     if !stop_reasons.is_empty() || !jeopardy_reasons.is_empty() {
