@@ -5,26 +5,7 @@
 //! report what happened, and every call returns a [`SettlementDecision`]
 //! that prints as one JSON line.
 //!
-//! ```
-//! use leasebeat::{Now, ResponseRef, Settlement, SettlementAction, SettlementConfig, SettleOutcome};
-//! let config = SettlementConfig::commit("r-1", br#"{"actual":{"unit":"TOKENS","amount":900}}"#.to_vec());
-//! let mut s = Settlement::new(config, Now::new(0, 1_785_585_600_000)).unwrap();
-//! // The record must be durable before the commit leaves (J-1, SP-3).
-//! let SettlementAction::Persist(record) = s.poll_action() else { unreachable!() };
-//! let _file_text = record.to_json(); // the journal writes this
-//! s.handle_persisted(1_000_000).unwrap();
-//! let SettlementAction::Send(attempt) = s.poll_action() else { unreachable!() };
-//! let (id, key) = (attempt.id, attempt.key.clone());
-//! assert_eq!(attempt.endpoint.as_str(), "commit");
-//! s.handle_sent(id, 1_000_000).unwrap();
-//! let body = br#"{"status":"COMMITTED","charged":{"unit":"TOKENS","amount":900}}"#;
-//! let d = s
-//!     .handle_response(id, ResponseRef::new(200, body), Now::new(30_000_000, 1_785_585_600_030))
-//!     .unwrap();
-//! assert_eq!(d.outcome(), Some(SettleOutcome::Committed));
-//! assert_eq!(d.to_string(), r#"{"class":"success","heartbeat":"stop","mode":"commit","next":"done","outcome":"committed","record":"remove","status":200}"#);
-//! assert_eq!(s.key(), key); // ST-1: one key
-//! ```
+//! See [`Settlement`] for an example.
 //!
 //! Decisions on points `settlement.md` leaves open are listed on
 //! [`Settlement`].
@@ -679,6 +660,27 @@ enum Class {
 /// ([`ErrorKind::TimeWentBackwards`]); a call after the end is refused with
 /// [`ErrorKind::Stopped`].
 ///
+/// ```
+/// use leasebeat::{Now, ResponseRef, Settlement, SettlementAction, SettlementConfig, SettleOutcome};
+/// let config = SettlementConfig::commit("r-1", br#"{"actual":{"unit":"TOKENS","amount":900}}"#.to_vec());
+/// let mut s = Settlement::new(config, Now::new(0, 1_785_585_600_000)).unwrap();
+/// // The record must be durable before the commit leaves (J-1, SP-3).
+/// let SettlementAction::Persist(record) = s.poll_action() else { unreachable!() };
+/// let _file_text = record.to_json(); // the journal writes this
+/// s.handle_persisted(1_000_000).unwrap();
+/// let SettlementAction::Send(attempt) = s.poll_action() else { unreachable!() };
+/// let (id, key) = (attempt.id, attempt.key.clone());
+/// assert_eq!(attempt.endpoint.as_str(), "commit");
+/// s.handle_sent(id, 1_000_000).unwrap();
+/// let body = br#"{"status":"COMMITTED","charged":{"unit":"TOKENS","amount":900}}"#;
+/// let d = s
+///     .handle_response(id, ResponseRef::new(200, body), Now::new(30_000_000, 1_785_585_600_030))
+///     .unwrap();
+/// assert_eq!(d.outcome(), Some(SettleOutcome::Committed));
+/// assert_eq!(d.to_string(), r#"{"class":"success","heartbeat":"stop","mode":"commit","next":"done","outcome":"committed","record":"remove","status":200}"#);
+/// assert_eq!(s.key(), key); // ST-1: one key
+/// ```
+///
 /// Decisions on points `settlement.md` leaves open:
 ///
 /// * The key comes from the key source once, when the settlement is built;
@@ -712,7 +714,8 @@ pub struct Settlement {
     /// The durable record (commit and event modes; `None` for a release).
     record: Option<SettlementRecord>,
     key: String,
-    release_body: Vec<u8>,
+    /// The exact body of the current mode (serialized once per mode).
+    body: Vec<u8>,
     retry: RetryPolicy,
     /// Failed requests in the current mode.
     failures: u32,
@@ -815,7 +818,7 @@ impl Settlement {
                 mode: SettleMode::Commit,
                 record: None,
                 key: String::new(),
-                release_body: Vec::new(),
+                body: Vec::new(),
                 retry,
                 failures: 0,
                 next_attempt_id: 1,
@@ -844,7 +847,7 @@ impl Settlement {
             },
             record: None,
             key,
-            release_body: Vec::new(),
+            body: Vec::new(),
             retry,
             failures: 0,
             next_attempt_id: 1,
@@ -859,7 +862,7 @@ impl Settlement {
             if let Some(r) = release_reason {
                 body.insert("reason".into(), Value::from(r));
             }
-            s.release_body = to_bytes(&body);
+            s.body = to_bytes(&body);
             s.install(now.mono_ns);
             let mut d = s.send_decision(SettleClass::Start);
             d.record = None;
@@ -878,6 +881,7 @@ impl Settlement {
             recorded_at_ms: now.wall_ms,
             not_before_ms: None,
         });
+        s.refresh_body();
         s.phase = Phase::Persist(After::Send {
             planned_ns: now.mono_ns,
         });
@@ -913,7 +917,7 @@ impl Settlement {
             mode,
             record: Some(record),
             key,
-            release_body: Vec::new(),
+            body: Vec::new(),
             retry,
             failures: 0,
             next_attempt_id: 1,
@@ -922,6 +926,7 @@ impl Settlement {
             attempt: None,
             last: SettlementDecision::new(SettleNext::Wait, mode, SettleClass::Restart),
         };
+        s.refresh_body();
         s.install(due_after(now.mono_ns, wait_ms));
         let mut d = s.send_decision(SettleClass::Restart);
         if wait_ms > 0 {
@@ -1200,19 +1205,15 @@ impl Settlement {
         Error::new(ErrorKind::NotOutstanding, msg)
     }
 
-    /// The body of the current mode.
-    fn body(&self) -> Vec<u8> {
-        match (self.mode, &self.record) {
-            (SettleMode::Release, _) => self.release_body.clone(),
-            (SettleMode::Commit, Some(r)) => {
-                r.commit_body.as_ref().map(to_bytes).unwrap_or_default()
-            }
-            (SettleMode::Event, Some(r)) => r
-                .event_fallback_body
-                .as_ref()
-                .map(to_bytes)
-                .unwrap_or_default(),
-            _ => Vec::new(),
+    /// Serializes the body of the current mode (commit or event) from the record.
+    fn refresh_body(&mut self) {
+        let body = match (self.mode, &self.record) {
+            (SettleMode::Commit, Some(r)) => r.commit_body.as_ref(),
+            (SettleMode::Event, Some(r)) => r.event_fallback_body.as_ref(),
+            _ => None,
+        };
+        if let Some(b) = body {
+            self.body = to_bytes(b);
         }
     }
 
@@ -1224,7 +1225,7 @@ impl Settlement {
             id,
             endpoint: self.mode.endpoint(),
             key: self.key.clone(),
-            body: self.body(),
+            body: self.body.clone(),
             due_ns,
             number: self.failures.saturating_add(1),
             sent_ns: None,
@@ -1389,6 +1390,7 @@ impl Settlement {
             r.recorded_at_ms = now.wall_ms;
         }
         self.mode = SettleMode::Event;
+        self.refresh_body();
         self.failures = 0;
         self.attempt = None;
         self.phase = Phase::Persist(After::Send {

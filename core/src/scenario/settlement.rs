@@ -2,7 +2,7 @@
 //! through the public [`Settlement`] API.
 //!
 //! The format is `settlement.md`'s "Vectors" with this project's extensions
-//! (documented in `docs/settlement-vectors.md`). Besides the expectations,
+//! (documented in `tests/vectors/settlement/README.md`). Besides the expectations,
 //! the replay checks the rules on every step, whatever the file expects:
 //! every request carries the settlement's first key in its header and body
 //! (ST-1, across restarts too), no request goes before its due time, before
