@@ -1883,7 +1883,7 @@ fn status_error(status: u16) -> Error {
 }
 
 /// Cuts a detail text to [`MAX_DETAIL_BYTES`], marker included.
-fn cap_detail(text: &mut String) {
+pub(crate) fn cap_detail(text: &mut String) {
     if text.len() <= MAX_DETAIL_BYTES {
         return;
     }

@@ -21,7 +21,7 @@ pub use record::{MAX_RESERVATION_ID_CHARS, RecordMode, SettlementRecord, check_r
 use crate::arith::RetryAfterError;
 use crate::decision::ns_to_ms_json;
 use crate::error::{Error, ErrorKind};
-use crate::heartbeat::{MAX_KEY_CHARS, ResponseRef, TransportFailure};
+use crate::heartbeat::{MAX_KEY_CHARS, ResponseRef, TransportFailure, cap_detail};
 use crate::keys::{KeySource, UuidV4Keys};
 use crate::{json, schema};
 
@@ -447,7 +447,8 @@ pub struct SettlementDecision {
     pub not_before_ms: Option<u64>,
     /// Warnings, in order of appearance.
     pub warnings: Vec<SettleWarning>,
-    /// A human-readable detail.
+    /// A human-readable detail, at most [`crate::MAX_DETAIL_BYTES`] bytes (a longer
+    /// text is cut and ends with [`crate::DETAIL_CUT_MARKER`]).
     pub detail: Option<String>,
     /// ST-11: stop the heartbeat now (the outcome is final, or the
     /// reservation is gone: event mode).
@@ -1144,7 +1145,10 @@ impl Settlement {
 
     // ----- internals -----
 
-    fn decide(&mut self, d: SettlementDecision) -> SettlementDecision {
+    fn decide(&mut self, mut d: SettlementDecision) -> SettlementDecision {
+        if let Some(detail) = d.detail.as_mut() {
+            cap_detail(detail);
+        }
         self.last = d.clone();
         d
     }

@@ -349,3 +349,30 @@ fn no_actual_sends_nothing() {
         r#"{"class":"start","detail":"no actual amount is known: nothing is sent (ST-10)","heartbeat":"stop","mode":"commit","next":"done","outcome":"no_actual"}"#
     );
 }
+
+#[test]
+fn details_are_capped() {
+    let mut s = Settlement::new(commit_config("r-1", ACTUAL), Now::new(0, WALL0)).unwrap();
+    s.handle_persisted(1).unwrap();
+    let id = s.attempt().unwrap().id;
+    s.handle_sent(id, 1).unwrap();
+    let body = format!(
+        r#"{{"error":"NOT_FOUND","message":"m","request_id":"q","{}":1}}"#,
+        "x".repeat(100_000)
+    );
+    let d = s
+        .handle_response(
+            id,
+            ResponseRef::new(404, body.as_bytes()),
+            Now::new(2, WALL0),
+        )
+        .unwrap();
+    assert_eq!(d.outcome(), Some(SettleOutcome::Unclassified));
+    let detail = d.detail.as_deref().unwrap();
+    assert!(
+        detail.len() <= leasebeat::MAX_DETAIL_BYTES,
+        "{}",
+        detail.len()
+    );
+    assert!(detail.ends_with(leasebeat::DETAIL_CUT_MARKER));
+}
