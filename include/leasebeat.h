@@ -462,6 +462,230 @@ typedef enum lb_action_kind {
 } lb_action_kind;
 
 /**
+ * The kind of an ::lb_settlement_action.
+ */
+typedef enum lb_settlement_action_kind {
+    /**
+     * Make the record (lb_settlement_record_json()) durable, then call
+     * lb_settlement_handle_persisted() or
+     * lb_settlement_handle_persist_failed(). Nothing is sent before.
+     */
+    LB_SETTLEMENT_ACTION_KIND_PERSIST = 0,
+    /**
+     * Send the attempt at `due_ns` to `endpoint` with the key and body of
+     * lb_settlement_attempt_key() and lb_settlement_attempt_body(), then
+     * call lb_settlement_handle_sent().
+     */
+    LB_SETTLEMENT_ACTION_KIND_SEND = 1,
+    /**
+     * The attempt is in flight: report its outcome.
+     */
+    LB_SETTLEMENT_ACTION_KIND_WAIT = 2,
+    /**
+     * The settlement ended (`outcome`).
+     */
+    LB_SETTLEMENT_ACTION_KIND_DONE = 3,
+} lb_settlement_action_kind;
+
+/**
+ * A settlement's mode, also the endpoint of an attempt.
+ */
+typedef enum lb_settle_mode {
+    /**
+     * Commit: `POST /v1/reservations/{reservation_id}/commit`.
+     */
+    LB_SETTLE_MODE_COMMIT = 0,
+    /**
+     * The expired-commit fallback: `POST /v1/events` (ST-5).
+     */
+    LB_SETTLE_MODE_EVENT = 1,
+    /**
+     * Release: `POST /v1/reservations/{reservation_id}/release` (not journaled).
+     */
+    LB_SETTLE_MODE_RELEASE = 2,
+} lb_settle_mode;
+
+/**
+ * How a settlement ended (`LB_SETTLE_OUTCOME_NONE`: it has not).
+ */
+typedef enum lb_settle_outcome {
+    /**
+     * Not ended.
+     */
+    LB_SETTLE_OUTCOME_NONE = 0,
+    /**
+     * ST-2: the commit succeeded; remove the record.
+     */
+    LB_SETTLE_OUTCOME_COMMITTED = 1,
+    /**
+     * ST-2: the event fallback succeeded; remove the record.
+     */
+    LB_SETTLE_OUTCOME_APPLIED = 2,
+    /**
+     * ST-2: the release succeeded.
+     */
+    LB_SETTLE_OUTCOME_RELEASED = 3,
+    /**
+     * ST-7: the server understood and refused (the code is in the
+     * decision); remove the record.
+     */
+    LB_SETTLE_OUTCOME_REJECTED = 4,
+    /**
+     * ST-6: 401 or 403; the record stays, never a release.
+     */
+    LB_SETTLE_OUTCOME_AUTH_FAILED = 5,
+    /**
+     * ST-8: a 4xx without a usable code; the record stays.
+     */
+    LB_SETTLE_OUTCOME_UNCLASSIFIED = 6,
+    /**
+     * ST-3: this run's attempts are used up; the record stays for replay.
+     */
+    LB_SETTLE_OUTCOME_EXHAUSTED = 7,
+    /**
+     * ST-5: expired and no event body known: the usage is NOT recorded; the
+     * record stays.
+     */
+    LB_SETTLE_OUTCOME_EXPIRED_UNRECORDED = 8,
+    /**
+     * ST-10: no actual amount was known; nothing was sent.
+     */
+    LB_SETTLE_OUTCOME_NO_ACTUAL = 9,
+} lb_settle_outcome;
+
+/**
+ * What a settlement decision asks for next: the vectors' `next`.
+ */
+typedef enum lb_settle_next {
+    /**
+     * Persist the record (lb_settlement_record_json()), then report it.
+     */
+    LB_SETTLE_NEXT_PERSIST = 0,
+    /**
+     * Send the commit.
+     */
+    LB_SETTLE_NEXT_COMMIT = 1,
+    /**
+     * Send the event (the expired-commit fallback).
+     */
+    LB_SETTLE_NEXT_EVENT = 2,
+    /**
+     * Send the release.
+     */
+    LB_SETTLE_NEXT_RELEASE = 3,
+    /**
+     * The attempt is in flight: report its outcome.
+     */
+    LB_SETTLE_NEXT_WAIT = 4,
+    /**
+     * The settlement ended (see the outcome).
+     */
+    LB_SETTLE_NEXT_DONE = 5,
+} lb_settle_next;
+
+/**
+ * What a decision says about the durable record.
+ */
+typedef enum lb_record_update {
+    /**
+     * Nothing changes (or there is no record: a release).
+     */
+    LB_RECORD_UPDATE_NONE = 0,
+    /**
+     * Write the record (`next` is persist): lb_settlement_record_json().
+     */
+    LB_RECORD_UPDATE_WRITE = 1,
+    /**
+     * Remove it (J-5: only after ST-2 success or an ST-7 rejection).
+     */
+    LB_RECORD_UPDATE_REMOVE = 2,
+    /**
+     * Keep it for a later replay.
+     */
+    LB_RECORD_UPDATE_KEEP = 3,
+} lb_record_update;
+
+/**
+ * How the event behind a settlement decision was classified.
+ */
+typedef enum lb_settle_class {
+    /**
+     * Built from a configuration.
+     */
+    LB_SETTLE_CLASS_START = 0,
+    /**
+     * Built from a record (SP-4).
+     */
+    LB_SETTLE_CLASS_RESTART = 1,
+    /**
+     * The persist was acknowledged.
+     */
+    LB_SETTLE_CLASS_PERSISTED = 2,
+    /**
+     * The persist failed (SP-3).
+     */
+    LB_SETTLE_CLASS_PERSIST_FAILED = 3,
+    /**
+     * The attempt was sent.
+     */
+    LB_SETTLE_CLASS_SENT = 4,
+    /**
+     * ST-2 success.
+     */
+    LB_SETTLE_CLASS_SUCCESS = 5,
+    /**
+     * A 2xx that is not the exact success.
+     */
+    LB_SETTLE_CLASS_AMBIGUOUS = 6,
+    /**
+     * Timeout, connection failure, reset.
+     */
+    LB_SETTLE_CLASS_TRANSPORT = 7,
+    /**
+     * 5xx, 1xx, 3xx, 600 and above.
+     */
+    LB_SETTLE_CLASS_SERVER_ERROR = 8,
+    /**
+     * 429 or `LIMIT_EXCEEDED` (ST-4).
+     */
+    LB_SETTLE_CLASS_THROTTLED = 9,
+    /**
+     * 410 or `RESERVATION_EXPIRED` on a commit (ST-5).
+     */
+    LB_SETTLE_CLASS_EXPIRED = 10,
+    /**
+     * 401 or 403 (ST-6).
+     */
+    LB_SETTLE_CLASS_AUTH = 11,
+    /**
+     * An understood rejection (ST-7).
+     */
+    LB_SETTLE_CLASS_REJECTED = 12,
+    /**
+     * Any other 4xx (ST-8).
+     */
+    LB_SETTLE_CLASS_UNCLASSIFIED = 13,
+} lb_settle_class;
+
+/**
+ * A warning carried by a settlement decision.
+ */
+typedef enum lb_settle_warning {
+    /**
+     * SP-3: the persist failed; the request goes anyway.
+     */
+    LB_SETTLE_WARNING_PERSIST_FAILED = 0,
+    /**
+     * ST-4: a 429 without a usable `Retry-After`: the backoff decides.
+     */
+    LB_SETTLE_WARNING_RETRY_AFTER_UNUSABLE = 1,
+    /**
+     * ST-4: the `Retry-After` exceeded 3600 s and was capped.
+     */
+    LB_SETTLE_WARNING_RETRY_AFTER_CAPPED = 2,
+} lb_settle_warning;
+
+/**
  * A heartbeat configuration under construction (opaque).
  *
  * Made by lb_config_new() with the defaults (`ttl_ms` 60000, an unbounded
@@ -512,6 +736,43 @@ typedef struct lb_event lb_event;
  * fails changes nothing.
  */
 typedef struct lb_heartbeat lb_heartbeat;
+
+/**
+ * The settlement of one reservation (opaque): the sans-IO state machine
+ * that says when to persist the record, when to send the commit, the event
+ * fallback or the release (always with the one key, ST-1), and how it
+ * ended.
+ *
+ * Ask what to do with lb_settlement_poll_action(); report what happened
+ * with the `lb_settlement_handle_*` functions, with monotonic nanosecond
+ * times that never go backwards (and, where a response may set a
+ * `Retry-After` floor, the wall clock in Unix ms). A call that fails
+ * changes nothing. A `const lb_settlement *` may be read from several
+ * threads at once; an `lb_settlement *` call needs exclusive access.
+ */
+typedef struct lb_settlement lb_settlement;
+
+/**
+ * A settlement configuration under construction (opaque): the retry
+ * policy, the event fallback, the base URL, the release reason and the key
+ * source of settlements made from it.
+ *
+ * Made by lb_settlement_config_new() with the defaults (5 attempts per
+ * mode, 500 ms doubling up to 30000 ms, no event fallback, an empty base
+ * URL, no release reason, random UUIDv4 keys), changed by the
+ * `lb_settlement_config_set_*` functions, read by lb_settlement_new_commit(),
+ * lb_settlement_new_release() and lb_settlement_from_record(), freed by
+ * lb_settlement_config_free(). Values are checked when a settlement is made.
+ */
+typedef struct lb_settlement_config lb_settlement_config;
+
+/**
+ * One decision of a settlement (opaque), from
+ * lb_settlement_last_decision() or lb_settlement_decision_clone(); freed
+ * with lb_settlement_decision_free(). Immutable: a
+ * `const lb_settlement_decision *` may be read from several threads.
+ */
+typedef struct lb_settlement_decision lb_settlement_decision;
 
 /**
  * The numbers of the primary algorithm for one schema-valid success.
@@ -1101,6 +1362,141 @@ typedef struct lb_action {
      */
     enum lb_stop_reason stop_reason;
 } lb_action;
+
+/**
+ * What the caller must do now: a value copy, valid after later calls.
+ */
+typedef struct lb_settlement_action {
+    /**
+     * Persist, send, wait or done.
+     */
+    enum lb_settlement_action_kind kind;
+    /**
+     * The attempt to send or awaited (pass it to the `handle_*`
+     * functions); 0 for a persist or done.
+     */
+    uint64_t attempt_id;
+    /**
+     * Where the attempt goes; the current mode for a persist or done.
+     */
+    enum lb_settle_mode endpoint;
+    /**
+     * When to send the attempt (caller monotonic ns); 0 for a persist or done.
+     */
+    uint64_t due_ns;
+    /**
+     * The attempt's ordinal within its mode, 1-based (SP-1); 0 otherwise.
+     */
+    uint32_t attempt_number;
+    /**
+     * True once the attempt was reported sent (then `sent_ns` holds when).
+     */
+    bool sent;
+    /**
+     * When the attempt was reported sent; 0 if not sent.
+     */
+    uint64_t sent_ns;
+    /**
+     * The outcome for `LB_SETTLEMENT_ACTION_KIND_DONE`;
+     * `LB_SETTLE_OUTCOME_NONE` otherwise.
+     */
+    enum lb_settle_outcome outcome;
+} lb_settlement_action;
+
+/**
+ * The plain fields of a settlement decision, copied out by
+ * lb_settlement_decision_get().
+ */
+typedef struct lb_settlement_decision_info {
+    /**
+     * Persist, send (commit, event, release), wait, or done.
+     */
+    enum lb_settle_next next;
+    /**
+     * The outcome when `next` is done; `LB_SETTLE_OUTCOME_NONE` otherwise.
+     */
+    enum lb_settle_outcome outcome;
+    /**
+     * True for a send: `due_ns` holds its due time.
+     */
+    bool has_due;
+    /**
+     * The send's due time, caller monotonic ns; 0 otherwise.
+     */
+    uint64_t due_ns;
+    /**
+     * The key's ordinal for a send or a wait: always 1 (ST-1, one key); 0
+     * otherwise.
+     */
+    uint32_t key_index;
+    /**
+     * The next request's ordinal within its mode (a send or a wait); 0 when
+     * absent.
+     */
+    uint32_t attempt;
+    /**
+     * The mode after this decision.
+     */
+    enum lb_settle_mode mode;
+    /**
+     * What happens to the durable record.
+     */
+    enum lb_record_update record;
+    /**
+     * For `LB_RECORD_UPDATE_WRITE`: the record's mode (commit or event).
+     */
+    enum lb_settle_mode record_mode;
+    /**
+     * For `LB_RECORD_UPDATE_WRITE`: true when the record has a
+     * `not_before_ms` (then in `record_not_before_ms`).
+     */
+    bool record_has_not_before;
+    /**
+     * The record's `not_before_ms` (Unix ms); 0 when absent.
+     */
+    uint64_t record_not_before_ms;
+    /**
+     * How the deciding event was classified.
+     */
+    enum lb_settle_class event_class;
+    /**
+     * The HTTP status of the deciding response; 0 when absent.
+     */
+    uint32_t status;
+    /**
+     * True when `delay_ms` holds the delay chosen after a failure.
+     */
+    bool has_delay;
+    /**
+     * The delay after a failure, ms (SP-1, ST-4); 0 when absent.
+     */
+    uint64_t delay_ms;
+    /**
+     * True when this decision set a wall-clock floor (ST-4).
+     */
+    bool has_not_before;
+    /**
+     * That floor, Unix ms; 0 when absent.
+     */
+    uint64_t not_before_ms;
+    /**
+     * ST-11: stop the heartbeat now.
+     */
+    bool stop_heartbeat;
+    /**
+     * How many warnings (lb_settlement_decision_warning()).
+     */
+    size_t warning_count;
+    /**
+     * True when the decision carries the server's error code
+     * (lb_settlement_decision_code()).
+     */
+    bool has_code;
+    /**
+     * True when the decision carries a detail (lb_settlement_decision_detail()).
+     */
+    bool has_detail;
+} lb_settlement_decision_info;
 
 /**
  * The create got an HTTP response (`status`, `headers`, `body`).
@@ -1725,6 +2121,370 @@ enum lb_status lb_heartbeat_handle_failure(struct lb_heartbeat *hb,
  * `LB_STATUS_TIME_WENT_BACKWARDS`.
  */
 enum lb_status lb_heartbeat_cancel(struct lb_heartbeat *hb, uint64_t now_ns);
+
+/**
+ * Makes a settlement configuration with the defaults (see
+ * ::lb_settlement_config). On success `*out` owns it: free it with
+ * lb_settlement_config_free().
+ */
+enum lb_status lb_settlement_config_new(struct lb_settlement_config **out);
+
+/**
+ * Frees a settlement configuration. NULL is a no-op. Settlements made from
+ * it stay valid.
+ */
+void lb_settlement_config_free(struct lb_settlement_config *cfg);
+
+/**
+ * Sets the retry policy (ST-3, SP-1): at most `max_attempts` requests per
+ * mode in one run (1 or more), the delay after the first failure
+ * `initial_ms`, doubling, at most `max_ms`. Checked by the `lb_settlement_new*`
+ * functions (`LB_STATUS_INVALID_CONFIG`).
+ */
+enum lb_status lb_settlement_config_set_retry(struct lb_settlement_config *cfg,
+                                              uint32_t max_attempts,
+                                              uint64_t initial_ms,
+                                              uint64_t max_ms);
+
+/**
+ * Sets what the expired-commit fallback adds (ST-5): `json` is a
+ * NUL-terminated UTF-8 JSON object with `subject` (a non-empty object) and
+ * `action` (an object with string `kind` and `name`). Without it a commit
+ * answered 410 ends `expired_unrecorded`. Checked by
+ * lb_settlement_new_commit() (`LB_STATUS_INVALID_CONFIG`).
+ *
+ * Errors: `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_settlement_config_set_event(struct lb_settlement_config *cfg, const char *json);
+
+/**
+ * Sets the server's base URL stored in the record (at most 4096 bytes;
+ * `""`, the default, when unknown). NUL-terminated UTF-8.
+ *
+ * Errors: `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_settlement_config_set_base_url(struct lb_settlement_config *cfg,
+                                                 const char *base_url);
+
+/**
+ * Sets the `reason` of a release (at most 256 characters), NUL-terminated
+ * UTF-8. Used by lb_settlement_new_release() only; a commit made from a
+ * configuration with a reason is refused (`LB_STATUS_INVALID_CONFIG`).
+ *
+ * Errors: `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_settlement_config_set_release_reason(struct lb_settlement_config *cfg,
+                                                       const char *reason);
+
+/**
+ * Makes settlements from this configuration take the deterministic key
+ * `"<prefix>1"` instead of a random UUIDv4 key: for tests and replays only.
+ *
+ * Errors: `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_settlement_config_set_key_prefix(struct lb_settlement_config *cfg,
+                                                   const char *prefix);
+
+/**
+ * Makes the settlement of a commit of `reservation_id` at `now_ns`
+ * (monotonic) and `wall_ms` (Unix ms, stamped into the record).
+ *
+ * `reservation_id` is `reservation_id_len` bytes of UTF-8 (not
+ * NUL-terminated: an id from a server may contain any character, and a C
+ * string would silently cut it at a NUL and settle another reservation);
+ * the core accepts 1..=128 characters without a control character, slashes
+ * included (the caller percent-encodes the id into the request path).
+ *
+ * `commit_json` is the commit body without its key, a NUL-terminated UTF-8
+ * JSON object with `actual` (`{"unit": ..., "amount": 0..=2^63-1}`) and
+ * optional `metrics` and `metadata`. NULL means no actual amount is known
+ * (ST-10): the settlement is done at once with `LB_SETTLE_OUTCOME_NO_ACTUAL`
+ * and nothing is ever sent. Otherwise the first action is
+ * `LB_SETTLEMENT_ACTION_PERSIST` of a commit-mode record, and the commit
+ * goes once that is reported (lb_settlement_handle_persisted() or
+ * lb_settlement_handle_persist_failed()).
+ *
+ * On success `*out` owns the settlement: free it with lb_settlement_free().
+ * `cfg` is only read.
+ *
+ * Errors: `LB_STATUS_INVALID_CONFIG` (a bad reservation id, commit body,
+ * event body, retry policy, base URL, or a release reason on a commit; the
+ * message says which), `LB_STATUS_INVALID_KEY`, `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_settlement_new_commit(const struct lb_settlement_config *cfg,
+                                        const char *reservation_id,
+                                        size_t reservation_id_len,
+                                        const char *commit_json,
+                                        uint64_t now_ns,
+                                        uint64_t wall_ms,
+                                        struct lb_settlement **out);
+
+/**
+ * Makes the settlement of a release of `reservation_id`
+ * (`reservation_id_len` bytes, as for lb_settlement_new_commit(); work that used
+ * nothing; not journaled, ST-9) at `now_ns`: the release is due at once.
+ * The configuration's release reason goes in the body; its event body must
+ * not be set. On success `*out` owns the settlement.
+ *
+ * Errors: `LB_STATUS_INVALID_CONFIG`, `LB_STATUS_INVALID_KEY`,
+ * `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_settlement_new_release(const struct lb_settlement_config *cfg,
+                                         const char *reservation_id,
+                                         size_t reservation_id_len,
+                                         uint64_t now_ns,
+                                         uint64_t wall_ms,
+                                         struct lb_settlement **out);
+
+/**
+ * Rebuilds a settlement from its durable record alone (SP-4, J-6): the
+ * record file's bytes `record` (`record_len` bytes, e.g. what
+ * lb_settlement_record_json() gave, or a record runcycles Python 0.5.3
+ * wrote), at `now_ns` / `wall_ms`. It keeps the record's key and mode,
+ * starts a fresh attempt count, and sends first at
+ * `max(0, not_before_ms - wall_ms)` after `now_ns` (at most 3600 s); it
+ * persists nothing until the record changes. Only the configuration's retry
+ * policy is used.
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` for a record the core refuses (not
+ * JSON, unsupported version, a missing body, keys that differ, ...: the
+ * caller quarantines it, J-4), `LB_STATUS_INVALID_CONFIG` (retry policy).
+ */
+enum lb_status lb_settlement_from_record(const struct lb_settlement_config *cfg,
+                                         const uint8_t *record,
+                                         size_t record_len,
+                                         uint64_t now_ns,
+                                         uint64_t wall_ms,
+                                         struct lb_settlement **out);
+
+/**
+ * Frees a settlement. NULL is a no-op. Decisions obtained from it stay valid.
+ */
+void lb_settlement_free(struct lb_settlement *s);
+
+/**
+ * Writes what the caller must do now into `*out`.
+ */
+enum lb_status lb_settlement_poll_action(const struct lb_settlement *s,
+                                         struct lb_settlement_action *out);
+
+/**
+ * Copies the outstanding attempt's idempotency key (the `X-Idempotency-Key`
+ * header and the body's `idempotency_key`; the same for every attempt,
+ * ST-1) into `buf`. Buffer convention of lb_heartbeat_attempt_key().
+ *
+ * Errors: `LB_STATUS_NOT_OUTSTANDING` when no attempt is outstanding.
+ */
+enum lb_status lb_settlement_attempt_key(const struct lb_settlement *s,
+                                         char *buf,
+                                         size_t buf_len,
+                                         size_t *out_needed);
+
+/**
+ * Copies the outstanding attempt's exact JSON request body into `buf`
+ * (not NUL-terminated; `*out_needed` is its exact length).
+ * Buffer convention of lb_heartbeat_attempt_key().
+ *
+ * Errors: `LB_STATUS_NOT_OUTSTANDING` when no attempt is outstanding.
+ */
+enum lb_status lb_settlement_attempt_body(const struct lb_settlement *s,
+                                          uint8_t *buf,
+                                          size_t buf_len,
+                                          size_t *out_needed);
+
+/**
+ * Copies the settlement's one idempotency key (empty for `no_actual`) into
+ * `buf`. Buffer convention of lb_heartbeat_attempt_key().
+ */
+enum lb_status lb_settlement_key(const struct lb_settlement *s,
+                                 char *buf,
+                                 size_t buf_len,
+                                 size_t *out_needed);
+
+/**
+ * Copies the record as it is (or is to be) persisted, the exact text of
+ * the record file (runcycles Python 0.5.3's layout, version 1), into `buf`
+ * as NUL-terminated UTF-8. Buffer convention of lb_heartbeat_attempt_key().
+ *
+ * Errors: `LB_STATUS_NOT_OUTSTANDING` when the settlement has no record (a
+ * release, or `no_actual`).
+ */
+enum lb_status lb_settlement_record_json(const struct lb_settlement *s,
+                                         char *buf,
+                                         size_t buf_len,
+                                         size_t *out_needed);
+
+/**
+ * Writes the settlement's outcome into `*out`: `LB_SETTLE_OUTCOME_NONE`
+ * while it runs.
+ */
+enum lb_status lb_settlement_outcome(const struct lb_settlement *s, enum lb_settle_outcome *out);
+
+/**
+ * Writes a new handle to the most recent decision into `*out` (a settlement
+ * always has one: the first is made when it is built). The caller owns it
+ * and frees it with lb_settlement_decision_free().
+ */
+enum lb_status lb_settlement_last_decision(const struct lb_settlement *s,
+                                           struct lb_settlement_decision **out);
+
+/**
+ * Reports that the record of the outstanding persist is durable, at `now_ns`.
+ *
+ * Errors: `LB_STATUS_NOT_OUTSTANDING` (no persist is outstanding),
+ * `LB_STATUS_TIME_WENT_BACKWARDS`, `LB_STATUS_STOPPED` (ended).
+ */
+enum lb_status lb_settlement_handle_persisted(struct lb_settlement *s, uint64_t now_ns);
+
+/**
+ * Reports that the write of the outstanding persist failed, at `now_ns`;
+ * `message` (NUL-terminated UTF-8) says why. SP-3: the request goes anyway
+ * at the same due time; the decision carries the warning `persist_failed`.
+ *
+ * Errors: as lb_settlement_handle_persisted(), `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_settlement_handle_persist_failed(struct lb_settlement *s,
+                                                   const char *message,
+                                                   uint64_t now_ns);
+
+/**
+ * Reports that attempt `attempt_id` was sent at `now_ns`.
+ *
+ * Errors: `LB_STATUS_NOT_OUTSTANDING`, `LB_STATUS_ALREADY_SENT`,
+ * `LB_STATUS_TIME_WENT_BACKWARDS`, `LB_STATUS_STOPPED`.
+ */
+enum lb_status lb_settlement_handle_sent(struct lb_settlement *s,
+                                         uint64_t attempt_id,
+                                         uint64_t now_ns);
+
+/**
+ * Reports the HTTP response to attempt `attempt_id`, observed at `now_ns`
+ * (monotonic, after the complete body) and `wall_ms` (Unix ms: a
+ * `Retry-After` floor is persisted on the wall clock, ST-4). The core
+ * classifies it (ST-2..ST-8); read the decision with
+ * lb_settlement_last_decision(). `headers`/`body` as for
+ * lb_heartbeat_handle_response() (NULL only with a count/length of 0).
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (status outside 100..=999),
+ * `LB_STATUS_NOT_OUTSTANDING`, `LB_STATUS_NOT_SENT`,
+ * `LB_STATUS_TIME_WENT_BACKWARDS`, `LB_STATUS_STOPPED`.
+ */
+enum lb_status lb_settlement_handle_response(struct lb_settlement *s,
+                                             uint64_t attempt_id,
+                                             uint32_t status,
+                                             const struct lb_header *headers,
+                                             size_t header_count,
+                                             const uint8_t *body,
+                                             size_t body_len,
+                                             uint64_t now_ns,
+                                             uint64_t wall_ms);
+
+/**
+ * Reports a transport failure (`LB_FAILURE_TIMEOUT`, `LB_FAILURE_CONNECT`
+ * or `LB_FAILURE_RESET`) of attempt `attempt_id`, observed at `now_ns`:
+ * transient (ST-3).
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (unknown failure value),
+ * `LB_STATUS_NOT_OUTSTANDING`, `LB_STATUS_NOT_SENT`,
+ * `LB_STATUS_TIME_WENT_BACKWARDS`, `LB_STATUS_STOPPED`.
+ */
+enum lb_status lb_settlement_handle_failure(struct lb_settlement *s,
+                                            uint64_t attempt_id,
+                                            lb_failure failure,
+                                            uint64_t now_ns);
+
+/**
+ * Frees a settlement decision. NULL is a no-op.
+ */
+void lb_settlement_decision_free(struct lb_settlement_decision *decision);
+
+/**
+ * Writes a new handle to a copy of `decision` into `*out` (free it with
+ * lb_settlement_decision_free()).
+ */
+enum lb_status lb_settlement_decision_clone(const struct lb_settlement_decision *decision,
+                                            struct lb_settlement_decision **out);
+
+/**
+ * Copies the plain fields of a settlement decision into `*out`.
+ */
+enum lb_status lb_settlement_decision_get(const struct lb_settlement_decision *decision,
+                                          struct lb_settlement_decision_info *out);
+
+/**
+ * Writes warning number `index` (0-based, below `warning_count`) into `*out`.
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` for an index out of range.
+ */
+enum lb_status lb_settlement_decision_warning(const struct lb_settlement_decision *decision,
+                                              size_t index,
+                                              enum lb_settle_warning *out);
+
+/**
+ * Copies the server's error code that decided (empty when `has_code` is
+ * false) into `buf`. Buffer convention of lb_heartbeat_attempt_key().
+ */
+enum lb_status lb_settlement_decision_code(const struct lb_settlement_decision *decision,
+                                           char *buf,
+                                           size_t buf_len,
+                                           size_t *out_needed);
+
+/**
+ * Copies the human-readable detail (empty when `has_detail` is false) into
+ * `buf`. Buffer convention of lb_heartbeat_attempt_key().
+ */
+enum lb_status lb_settlement_decision_detail(const struct lb_settlement_decision *decision,
+                                             char *buf,
+                                             size_t buf_len,
+                                             size_t *out_needed);
+
+/**
+ * Copies the decision as one JSON line (the vectors' `expect` vocabulary:
+ * `at` in ms, `attempt`, `class`, `code`, `delay_ms`, `detail`,
+ * `heartbeat`, `key`, `mode`, `next`, `not_before_ms`, `outcome`, `record`,
+ * `status`, `warnings`; members sorted) into `buf` as NUL-terminated UTF-8.
+ * Buffer convention of lb_heartbeat_attempt_key().
+ */
+enum lb_status lb_settlement_decision_json(const struct lb_settlement_decision *decision,
+                                           char *buf,
+                                           size_t buf_len,
+                                           size_t *out_needed);
+
+/**
+ * The stable string of an ::lb_settle_outcome value (`"committed"`, ...,
+ * `"none"`). Never NULL (`"unknown"` for other values). Static.
+ */
+const char *lb_settle_outcome_str(int32_t outcome);
+
+/**
+ * The stable string of an ::lb_settle_next value (`"persist"`, `"commit"`,
+ * `"event"`, `"release"`, `"wait"`, `"done"`). Never NULL. Static.
+ */
+const char *lb_settle_next_str(int32_t next);
+
+/**
+ * The stable string of an ::lb_settle_mode value (`"commit"`, `"event"`,
+ * `"release"`). Never NULL. Static.
+ */
+const char *lb_settle_mode_str(int32_t mode);
+
+/**
+ * The stable string of an ::lb_record_update value (`"none"`, `"write"`,
+ * `"remove"`, `"keep"`). Never NULL. Static.
+ */
+const char *lb_record_update_str(int32_t update);
+
+/**
+ * The stable string of an ::lb_settle_class value (`"start"`, `"success"`,
+ * `"throttled"`, ...). Never NULL. Static.
+ */
+const char *lb_settle_class_str(int32_t class_);
+
+/**
+ * The stable string of an ::lb_settle_warning value (`"persist_failed"`,
+ * `"retry_after_unusable"`, `"retry_after_capped"`). Never NULL. Static.
+ */
+const char *lb_settle_warning_str(int32_t warning);
 
 /**
  * The stable string of a stop reason value (`"retry_window_exhausted"`, ...;

@@ -5,7 +5,7 @@
 #  2. the Rust tests of ffi-c, among them the header drift and version test
 #  3. tests/c under ASan+UBSan against the static library
 #  4. tests/c under valgrind against the shared library
-#     (both replay every tests/vectors/*.json
+#     (both replay every tests/vectors/*.json and tests/vectors/settlement/*.json
 #     and compare every decision with the Rust replay's `leasebeat replay --emit`,
 #     plus the API's negative tests and the adopt tests)
 #  5. the header compiled as C++17
@@ -100,7 +100,7 @@ echo "==> [c] header drift and version (cargo test -p leasebeat-ffi)"
 cargo test --release --locked -p leasebeat-ffi
 
 shopt -s nullglob
-vectors=(tests/vectors/*.json)
+vectors=(tests/vectors/*.json tests/vectors/settlement/*.json)
 shopt -u nullglob
 echo "==> [c] ${#vectors[@]} vectors; the Rust replay's decisions for comparison"
 emit_args=()
@@ -112,7 +112,7 @@ fi
 cflags=(-std=c11 -Wall -Wextra -Werror -pedantic -g -O1 -Iinclude)
 read -r -a cjson_cflags <<< "$(pkg-config --cflags libcjson)"
 read -r -a cjson_libs <<< "$(pkg-config --libs libcjson)"
-sources=(tests/c/replay.c tests/c/negative.c tests/c/driver.c tests/c/adopt.c)
+sources=(tests/c/replay.c tests/c/negative.c tests/c/driver.c tests/c/adopt.c tests/c/settle.c)
 syslibs=(-lpthread -ldl -lm)
 
 echo "==> [c] ASan+UBSan, static library"

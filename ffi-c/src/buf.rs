@@ -118,6 +118,27 @@ pub(crate) unsafe fn try_str<'a>(p: *const c_char, what: &str) -> Result<&'a str
     })
 }
 
+/// A string argument given as a pointer and a length (it may contain NUL
+/// bytes), as UTF-8. NULL is accepted only with `len == 0`.
+///
+/// # Safety
+/// `p` is NULL or valid for reads of `len` bytes that stay unchanged while
+/// the result is in use.
+pub(crate) unsafe fn try_str_len<'a>(
+    p: *const c_char,
+    len: usize,
+    what: &str,
+) -> Result<&'a str, Fail> {
+    // SAFETY: forwarded caller promise.
+    let bytes = unsafe { try_slice(p.cast::<u8>(), len, what) }?;
+    std::str::from_utf8(bytes).map_err(|e| {
+        Fail::new(
+            lb_status::InvalidUtf8,
+            format!("{what} is not valid UTF-8 (at byte {})", e.valid_up_to()),
+        )
+    })
+}
+
 /// The caller-buffer convention for bytes (`nul` false) and text (`nul`
 /// true, a terminating NUL is added and counted in the needed size).
 ///

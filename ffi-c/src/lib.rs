@@ -38,6 +38,7 @@ pub mod driver;
 pub mod error;
 mod fork;
 pub mod heartbeat;
+pub mod settlement;
 pub mod types;
 
 use std::ffi::c_char;
@@ -48,6 +49,7 @@ pub use decision::*;
 pub use driver::*;
 pub use error::*;
 pub use heartbeat::*;
+pub use settlement::*;
 pub use types::*;
 
 /// The library version as a static NUL-terminated string, e.g. `"0.1.0"`: the

@@ -2,7 +2,10 @@
 //! initialization with the functional `enum.Enum` API. Members compare equal
 //! to their stable strings, e.g. `StopReason.CANCELLED == "cancelled"`.
 
-use leasebeat::{AttemptKind, KeyUse, Mode, OutcomeClass, StopReason, TransportFailure, Warning};
+use leasebeat::{
+    AttemptKind, KeyUse, Mode, OutcomeClass, SettleClass, SettleMode, SettleOutcome, SettleWarning,
+    StopReason, TransportFailure, Warning,
+};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyType};
@@ -19,9 +22,15 @@ pub enum E {
     DecisionWarning,
     TransportFailure,
     ActionKind,
+    SettleOutcome,
+    SettleMode,
+    SettleNext,
+    SettleClass,
+    SettleWarning,
+    SettleActionKind,
 }
 
-const ALL: [E; 9] = [
+const ALL: [E; 15] = [
     E::StopReason,
     E::Mode,
     E::KeyUse,
@@ -31,7 +40,68 @@ const ALL: [E; 9] = [
     E::DecisionWarning,
     E::TransportFailure,
     E::ActionKind,
+    E::SettleOutcome,
+    E::SettleMode,
+    E::SettleNext,
+    E::SettleClass,
+    E::SettleWarning,
+    E::SettleActionKind,
 ];
+
+fn settle_class_values() -> Vec<&'static str> {
+    // Exhaustive: a new core class fails to compile here until listed.
+    let all = |c: SettleClass| match c {
+        SettleClass::Start
+        | SettleClass::Restart
+        | SettleClass::Persisted
+        | SettleClass::PersistFailed
+        | SettleClass::Sent
+        | SettleClass::Success
+        | SettleClass::Ambiguous
+        | SettleClass::Transport
+        | SettleClass::ServerError
+        | SettleClass::Throttled
+        | SettleClass::Expired
+        | SettleClass::Auth
+        | SettleClass::Rejected
+        | SettleClass::Unclassified => c.as_str(),
+    };
+    [
+        SettleClass::Start,
+        SettleClass::Restart,
+        SettleClass::Persisted,
+        SettleClass::PersistFailed,
+        SettleClass::Sent,
+        SettleClass::Success,
+        SettleClass::Ambiguous,
+        SettleClass::Transport,
+        SettleClass::ServerError,
+        SettleClass::Throttled,
+        SettleClass::Expired,
+        SettleClass::Auth,
+        SettleClass::Rejected,
+        SettleClass::Unclassified,
+    ]
+    .into_iter()
+    .map(all)
+    .collect()
+}
+
+fn settle_warning_values() -> Vec<&'static str> {
+    let all = |w: SettleWarning| match w {
+        SettleWarning::PersistFailed
+        | SettleWarning::RetryAfterUnusable
+        | SettleWarning::RetryAfterCapped => w.as_str(),
+    };
+    [
+        SettleWarning::PersistFailed,
+        SettleWarning::RetryAfterUnusable,
+        SettleWarning::RetryAfterCapped,
+    ]
+    .into_iter()
+    .map(all)
+    .collect()
+}
 
 fn outcome_values() -> Vec<&'static str> {
     // Exhaustive: a new core class fails to compile here until listed.
@@ -123,6 +193,51 @@ fn spec(e: E) -> (&'static str, Vec<&'static str>, &'static str) {
             vec!["send", "await_outcome", "stop"],
             "What poll_action() asks for: \"send\" the attempt (at its due time), \"await_outcome\"\n\
              of the attempt in flight, or \"stop\" (the heartbeat has stopped for good).",
+        ),
+        E::SettleOutcome => (
+            "SettleOutcome",
+            SettleOutcome::ALL.iter().map(|o| o.as_str()).collect(),
+            "How a settlement ended: \"committed\", \"applied\" (the event fallback),\n\
+             \"released\", \"rejected\" (ST-7), \"auth_failed\", \"unclassified\",\n\
+             \"exhausted\", \"expired_unrecorded\" (the usage is NOT recorded) or\n\
+             \"no_actual\" (nothing was sent, ST-10).",
+        ),
+        E::SettleMode => (
+            "SettleMode",
+            vec![
+                SettleMode::Commit.as_str(),
+                SettleMode::Event.as_str(),
+                SettleMode::Release.as_str(),
+            ],
+            "A settlement's mode, also an attempt's endpoint: \"commit\"\n\
+             (POST /v1/reservations/{id}/commit), \"event\" (POST /v1/events, the\n\
+             expired-commit fallback) or \"release\".",
+        ),
+        E::SettleNext => (
+            "SettleNext",
+            vec!["persist", "commit", "event", "release", "wait", "done"],
+            "What a settlement decision says to do next: \"persist\" the record, send the\n\
+             \"commit\", the \"event\" or the \"release\", \"wait\" for the outcome in\n\
+             flight, or \"done\".",
+        ),
+        E::SettleClass => (
+            "SettleClass",
+            settle_class_values(),
+            "How the event behind a settlement decision was classified (\"start\",\n\
+             \"persisted\", \"success\", \"ambiguous\", \"throttled\", \"expired\", ...).",
+        ),
+        E::SettleWarning => (
+            "SettleWarning",
+            settle_warning_values(),
+            "A warning of a settlement decision: \"persist_failed\" (the request goes\n\
+             anyway, SP-3), \"retry_after_unusable\" or \"retry_after_capped\" (ST-4).",
+        ),
+        E::SettleActionKind => (
+            "SettleActionKind",
+            vec!["persist", "send", "wait", "done"],
+            "What Settlement.poll_action() asks for: \"persist\" the record (then\n\
+             handle_persisted), \"send\" the attempt at its due time, \"wait\" for the\n\
+             outcome of the attempt in flight, or \"done\".",
         ),
     }
 }

@@ -13,6 +13,7 @@ mod convert;
 mod enums;
 mod errors;
 mod heartbeat;
+mod settlement;
 mod types;
 
 use leasebeat::arith;
@@ -244,6 +245,9 @@ fn _leasebeat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     enums::register(m)?;
     errors::register(m)?;
     m.add_class::<heartbeat::PyHeartbeat>()?;
+    m.add_class::<settlement::PySettlement>()?;
+    m.add_class::<settlement::PySettlementDecision>()?;
+    m.add_class::<settlement::PySettlementAction>()?;
     m.add_class::<types::PyDecision>()?;
     m.add_class::<types::PyNumbers>()?;
     m.add_class::<types::PyAttempt>()?;

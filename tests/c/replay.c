@@ -66,13 +66,7 @@ void expect_status(lb_status got, lb_status want, const char *what, int line) {
 
 /* ----- growable byte buffer ----- */
 
-typedef struct {
-    char *data;
-    size_t len;
-    size_t cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
+void sb_put(sbuf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1) cap *= 2;
@@ -89,10 +83,10 @@ static void sb_put(sbuf *b, const char *s, size_t n) {
     b->data[b->len] = '\0';
 }
 
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
 /* strdup is POSIX, not C11. */
-static char *dup_str(const char *s) {
+char *dup_str(const char *s) {
     size_t n = strlen(s) + 1;
     char *p = malloc(n);
     if (!p) exit(2);
@@ -105,7 +99,7 @@ static char *dup_str(const char *s) {
 #define NUM_MARK '\xff'
 
 /* Rewrites number tokens outside strings into marked strings. */
-static char *mark_numbers(const char *text) {
+char *mark_numbers(const char *text) {
     sbuf out = {0};
     const char *p = text;
     while (*p) {
@@ -132,18 +126,18 @@ static char *mark_numbers(const char *text) {
     return out.data;
 }
 
-static int is_num(const cJSON *item) {
+int is_num(const cJSON *item) {
     return cJSON_IsString(item) && item->valuestring[0] == NUM_MARK;
 }
 
-static const char *num_text(const cJSON *item) { return item->valuestring + 1; }
+const char *num_text(const cJSON *item) { return item->valuestring + 1; }
 
-static int is_str(const cJSON *item) {
+int is_str(const cJSON *item) {
     return cJSON_IsString(item) && item->valuestring[0] != NUM_MARK;
 }
 
 /* An unsigned decimal integer literal that fits uint64. */
-static int parse_u64(const char *s, uint64_t *out) {
+int parse_u64(const char *s, uint64_t *out) {
     if (!*s) return 0;
     uint64_t v = 0;
     for (; *s; s++) {
@@ -179,7 +173,7 @@ static int parse_expected(const cJSON *item, lb_num *out) {
 }
 
 /* Scenario milliseconds to nanoseconds: round(ms x 1000) x 1000, exact. */
-static int parse_time_ns(const cJSON *item, uint64_t *out) {
+int parse_time_ns(const cJSON *item, uint64_t *out) {
     if (!is_num(item)) return 0;
     const char *t = num_text(item);
     uint64_t ms;
@@ -242,7 +236,7 @@ static void num_to_text(const lb_num *n, char *buf, size_t len) {
     }
 }
 
-static void ns_to_text(lb_time t, char *buf, size_t len) {
+void ns_to_text(lb_time t, char *buf, size_t len) {
     if (t.infinite) {
         snprintf(buf, len, "inf");
     } else if (t.ns % 1000000 == 0) {
@@ -286,7 +280,7 @@ static int cmp_members(const void *a, const void *b) {
     return strcmp(x->string, y->string);
 }
 
-static void ser(sbuf *b, const cJSON *v) {
+void ser(sbuf *b, const cJSON *v) {
     if (is_num(v)) {
         sb_puts(b, num_text(v));
     } else if (cJSON_IsString(v)) {
@@ -330,14 +324,9 @@ static void ser(sbuf *b, const cJSON *v) {
 
 /* ----- emitted decisions, for the comparison with the Rust replay ----- */
 
-typedef struct {
-    char **lines;
-    size_t count;
-} line_list;
+line_list g_emitted;
 
-static line_list g_emitted;
-
-static void lines_push(line_list *l, char *line) {
+void lines_push(line_list *l, char *line) {
     char **p = realloc(l->lines, sizeof *p * (l->count + 1));
     if (!p) exit(2);
     l->lines = p;
@@ -352,7 +341,7 @@ static void lines_free(line_list *l) {
 }
 
 /* The canonical text of a JSON text: members sorted, numbers verbatim. */
-static char *canonical(const char *text, const char *id, int step) {
+char *canonical(const char *text, const char *id, int step) {
     char *marked = mark_numbers(text);
     cJSON *j = cJSON_Parse(marked);
     free(marked);
@@ -892,7 +881,10 @@ static void replay_file(const char *path) {
     } else {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
         const char *name = is_str(id) ? id->valuestring : path;
-        int ok = replay(root, name, why, sizeof why);
+        const cJSON *config = cJSON_GetObjectItemCaseSensitive(root, "config");
+        int ok = cJSON_GetObjectItemCaseSensitive(config, "reservation_id")
+                     ? settle_replay(root, text, name, why, sizeof why)
+                     : replay(root, name, why, sizeof why);
         check(ok, "%s (%s): %s", path, name, why);
         if (ok) printf("ok %s\n", name);
     }
@@ -954,6 +946,7 @@ int main(int argc, char **argv) {
     run_api_tests();
     run_driver_tests(server, fallback_server);
     run_adopt_tests(server, server_log);
+    run_settle_api_tests();
     for (int i = first; i < argc; i++) replay_file(argv[i]);
     if (rust_emit) compare_with_rust(rust_emit);
     lines_free(&g_emitted);

@@ -37,6 +37,23 @@ A reservation created elsewhere starts with an immediate extension instead
 of a create: ``leasebeat.Heartbeat.for_reservation("rsv-9", ttl_ms=60000,
 request_timeout_ms=10000)``; the loop is the same.
 
+Settlement (commit, the expired-commit event fallback, release; rules
+ST-1..ST-11 of settlement.md) is the same kind of sans-IO machine::
+
+    s = leasebeat.Settlement.commit("rsv-9", {"actual": {"unit": "TOKENS", "amount": 900}},
+                                    event={"subject": {...}, "action": {...}},
+                                    now_ns=time.monotonic_ns(), wall_ms=time.time_ns() // 10**6)
+    while (a := s.poll_action()).kind != leasebeat.SettleActionKind.DONE:
+        if a.kind == "persist":                  # write a.record_json durably first
+            s.handle_persisted(time.monotonic_ns())
+        elif a.kind == "send":                   # at a.due_ns: POST to a.endpoint
+            s.handle_sent(a.attempt_id, time.monotonic_ns())
+            s.handle_response(a.attempt_id, time.monotonic_ns(), wall_ms, status, headers, body)
+    a.outcome                                    # SettleOutcome.COMMITTED, ...
+
+``Settlement.from_record(text, now_ns=..., wall_ms=...)`` resumes from the durable
+record alone (same key). The journal (file I/O) is not in this package yet.
+
 Numbers: every millisecond quantity is an ``int``, or ``float('inf')`` for
 +infinity (an unbounded budget, an overflowing value) and ``float('-inf')``
 for -infinity (the retry window when the budget is unbounded). Times are
@@ -77,6 +94,15 @@ from ._leasebeat import (
     DecisionWarning,
     FallbackCadence,
     Heartbeat,
+    Settlement,
+    SettlementAction,
+    SettlementDecision,
+    SettleActionKind,
+    SettleClass,
+    SettleMode,
+    SettleNext,
+    SettleOutcome,
+    SettleWarning,
     InvalidArgument,
     InvalidConfig,
     InvalidKey,
@@ -167,6 +193,15 @@ __all__ = [
     "DecisionWarning",
     "FallbackCadence",
     "Heartbeat",
+    "Settlement",
+    "SettlementAction",
+    "SettlementDecision",
+    "SettleActionKind",
+    "SettleClass",
+    "SettleMode",
+    "SettleNext",
+    "SettleOutcome",
+    "SettleWarning",
     "InvalidArgument",
     "InvalidConfig",
     "InvalidKey",

@@ -33,6 +33,15 @@ __all__ = [
     "InvalidKey",
     "RetryAfterError",
     "Heartbeat",
+    "Settlement",
+    "SettlementAction",
+    "SettlementDecision",
+    "SettleActionKind",
+    "SettleClass",
+    "SettleMode",
+    "SettleNext",
+    "SettleOutcome",
+    "SettleWarning",
     "Decision",
     "Numbers",
     "Attempt",
@@ -177,6 +186,81 @@ class ActionKind(str, enum.Enum):
     SEND = "send"
     AWAIT_OUTCOME = "await_outcome"
     STOP = "stop"
+
+class SettleOutcome(str, enum.Enum):
+    """How a settlement ended."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    COMMITTED = "committed"
+    APPLIED = "applied"
+    RELEASED = "released"
+    REJECTED = "rejected"
+    AUTH_FAILED = "auth_failed"
+    UNCLASSIFIED = "unclassified"
+    EXHAUSTED = "exhausted"
+    EXPIRED_UNRECORDED = "expired_unrecorded"
+    NO_ACTUAL = "no_actual"
+
+class SettleMode(str, enum.Enum):
+    """A settlement's mode, also an attempt's endpoint."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    COMMIT = "commit"
+    EVENT = "event"
+    RELEASE = "release"
+
+class SettleNext(str, enum.Enum):
+    """What a settlement decision says to do next."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    PERSIST = "persist"
+    COMMIT = "commit"
+    EVENT = "event"
+    RELEASE = "release"
+    WAIT = "wait"
+    DONE = "done"
+
+class SettleClass(str, enum.Enum):
+    """How the event behind a settlement decision was classified."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    START = "start"
+    RESTART = "restart"
+    PERSISTED = "persisted"
+    PERSIST_FAILED = "persist_failed"
+    SENT = "sent"
+    SUCCESS = "success"
+    AMBIGUOUS = "ambiguous"
+    TRANSPORT = "transport"
+    SERVER_ERROR = "server_error"
+    THROTTLED = "throttled"
+    EXPIRED = "expired"
+    AUTH = "auth"
+    REJECTED = "rejected"
+    UNCLASSIFIED = "unclassified"
+
+class SettleWarning(str, enum.Enum):
+    """A warning of a settlement decision."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    PERSIST_FAILED = "persist_failed"
+    RETRY_AFTER_UNUSABLE = "retry_after_unusable"
+    RETRY_AFTER_CAPPED = "retry_after_capped"
+
+class SettleActionKind(str, enum.Enum):
+    """What Settlement.poll_action() asks for."""
+
+    def __new__(cls, value: object) -> Self: ...
+
+    PERSIST = "persist"
+    SEND = "send"
+    WAIT = "wait"
+    DONE = "done"
 
 class LeaseError(Exception):
     """Base class of every error the leasebeat core reports."""
@@ -462,6 +546,155 @@ class FallbackCadence:
     def hold(self) -> bool: ...
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self, /) -> int: ...
+
+@final
+class SettlementDecision:
+    """One decision of a settlement (immutable, hashable)."""
+
+    @property
+    def next(self) -> SettleNext: ...
+    @property
+    def outcome(self) -> SettleOutcome | None: ...
+    @property
+    def at_ns(self) -> int | None: ...
+    @property
+    def key(self) -> int | None: ...
+    @property
+    def attempt(self) -> int | None: ...
+    @property
+    def mode(self) -> SettleMode: ...
+    @property
+    def record(self) -> str | None: ...
+    @property
+    def record_mode(self) -> SettleMode | None: ...
+    @property
+    def record_not_before_ms(self) -> int | None: ...
+    @property
+    def event_class(self) -> SettleClass: ...
+    @property
+    def code(self) -> str | None: ...
+    @property
+    def status(self) -> int | None: ...
+    @property
+    def delay_ms(self) -> int | None: ...
+    @property
+    def not_before_ms(self) -> int | None: ...
+    @property
+    def warnings(self) -> tuple[SettleWarning, ...]: ...
+    @property
+    def detail(self) -> str | None: ...
+    @property
+    def stop_heartbeat(self) -> bool: ...
+    @property
+    def is_done(self) -> bool: ...
+    def to_json(self) -> dict[str, Any]: ...
+    def to_json_str(self) -> str: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+
+@final
+class SettlementAction:
+    """What a settlement asks for now (result of Settlement.poll_action())."""
+
+    @property
+    def kind(self) -> SettleActionKind: ...
+    @property
+    def record_json(self) -> str | None: ...
+    @property
+    def attempt_id(self) -> int | None: ...
+    @property
+    def endpoint(self) -> SettleMode | None: ...
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def body(self) -> bytes | None: ...
+    @property
+    def due_ns(self) -> int | None: ...
+    @property
+    def attempt_number(self) -> int | None: ...
+    @property
+    def sent_ns(self) -> int | None: ...
+    @property
+    def outcome(self) -> SettleOutcome | None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+
+_Body = Mapping[str, Any] | str | bytes
+
+@final
+class Settlement:
+    """The settlement of one reservation: commit, event fallback, release."""
+
+    @classmethod
+    def commit(
+        cls,
+        reservation_id: str,
+        commit: _Body | None,
+        *,
+        now_ns: int,
+        wall_ms: int,
+        event: _Body | None = None,
+        base_url: str | None = None,
+        max_attempts: int | None = None,
+        initial_ms: int | None = None,
+        max_ms: int | None = None,
+        key_prefix: str | None = None,
+    ) -> Settlement: ...
+    @classmethod
+    def release(
+        cls,
+        reservation_id: str,
+        *,
+        now_ns: int,
+        wall_ms: int,
+        reason: str | None = None,
+        base_url: str | None = None,
+        max_attempts: int | None = None,
+        initial_ms: int | None = None,
+        max_ms: int | None = None,
+        key_prefix: str | None = None,
+    ) -> Settlement: ...
+    @classmethod
+    def from_record(
+        cls,
+        record: str | bytes,
+        *,
+        now_ns: int,
+        wall_ms: int,
+        max_attempts: int | None = None,
+        initial_ms: int | None = None,
+        max_ms: int | None = None,
+    ) -> Settlement: ...
+    def poll_action(self) -> SettlementAction: ...
+    def handle_persisted(self, now_ns: int) -> SettlementDecision: ...
+    def handle_persist_failed(self, message: str, now_ns: int) -> SettlementDecision: ...
+    def handle_sent(self, attempt_id: int, now_ns: int) -> SettlementDecision: ...
+    def handle_response(
+        self,
+        attempt_id: int,
+        now_ns: int,
+        wall_ms: int,
+        status: int,
+        headers: _Headers | None = None,
+        body: _Bytes | None = None,
+    ) -> SettlementDecision: ...
+    def handle_failure(
+        self, attempt_id: int, failure: TransportFailure | str, now_ns: int
+    ) -> SettlementDecision: ...
+    @property
+    def reservation_id(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def mode(self) -> SettleMode: ...
+    @property
+    def outcome(self) -> SettleOutcome | None: ...
+    @property
+    def record_json(self) -> str | None: ...
+    @property
+    def failures(self) -> int: ...
+    @property
+    def last_decision(self) -> SettlementDecision: ...
 
 def primary_schedule(
     remaining_ttl_ms: _Ms,
