@@ -28,6 +28,10 @@ pub struct JournalArgs {
     /// The tenant (names the partition when given). Default: $CYCLES_TENANT.
     #[arg(long, global = true)]
     tenant: Option<String>,
+    /// The reservation id argument is a JSON string literal (e.g. "\"a\\u0000b\""), for
+    /// ids no command line can carry (NUL).
+    #[arg(long, global = true)]
+    id_json: bool,
     #[command(subcommand)]
     command: JournalCommand,
 }
@@ -105,6 +109,15 @@ fn open(args: &JournalArgs) -> Result<Journal, journal::JournalError> {
 
 fn run_inner(args: JournalArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let j = open(&args)?;
+    let id_json = args.id_json;
+    let id = |raw: String| -> Result<String, Box<dyn std::error::Error>> {
+        if id_json {
+            serde_json::from_str::<String>(&raw)
+                .map_err(|e| format!("--id-json: the id is not a JSON string: {e}").into())
+        } else {
+            Ok(raw)
+        }
+    };
     match args.command {
         JournalCommand::Path => println!("{}", j.dir().display()),
         JournalCommand::List => {
@@ -156,7 +169,7 @@ fn run_inner(args: JournalArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
                 j.dir().display()
             );
         }
-        JournalCommand::Show { reservation_id } => match j.load(&reservation_id)? {
+        JournalCommand::Show { reservation_id } => match j.load(&id(reservation_id.clone())?)? {
             Some(r) => println!("{}", r.to_json()?),
             None => {
                 eprintln!(
@@ -180,7 +193,7 @@ fn run_inner(args: JournalArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
                 other => return Err(format!("--mode must be commit or event, not {other}").into()),
             };
             let record = JournalRecord {
-                reservation_id,
+                reservation_id: id(reservation_id)?,
                 base_url: j.base_url().to_owned(),
                 mode,
                 commit_body,
@@ -197,7 +210,7 @@ fn run_inner(args: JournalArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
             );
         }
         JournalCommand::Remove { reservation_id } => {
-            let removed = j.remove(&reservation_id)?;
+            let removed = j.remove(&id(reservation_id)?)?;
             println!("{}", if removed { "removed" } else { "absent" });
         }
     }
