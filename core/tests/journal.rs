@@ -98,6 +98,41 @@ fn write_load_remove_with_sha256_names_and_permissions() {
 }
 
 #[test]
+fn a_batch_writes_each_record_and_reports_each_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let j = open(tmp.path());
+    let old = record("b");
+    j.write(&old).unwrap();
+    let mut bad = record("b");
+    bad.commit_body = Some("[]".into());
+    let mut newer = record("c");
+    newer.not_before_ms = Some(5);
+    let results = j.write_batch(&[record("a"), bad, newer.clone(), record("c")]);
+    assert!(results[0].is_ok() && results[2].is_ok() && results[3].is_ok());
+    assert_eq!(
+        results[1].as_ref().unwrap_err().kind(),
+        JournalErrorKind::InvalidRecord
+    );
+    assert_eq!(j.load("a").unwrap(), Some(record("a")));
+    assert_eq!(
+        j.load("b").unwrap(),
+        Some(old),
+        "the failed record's previous version stays"
+    );
+    assert_eq!(
+        j.load("c").unwrap(),
+        Some(record("c")),
+        "the later record of an id wins"
+    );
+    assert_eq!(
+        fs::read_dir(j.dir()).unwrap().count(),
+        3,
+        "no temporary file left"
+    );
+    assert!(j.write_batch(&[]).is_empty());
+}
+
+#[test]
 fn the_api_key_is_never_stored() {
     let tmp = tempfile::tempdir().unwrap();
     let secret = "sk-very-secret-key-123";
