@@ -364,6 +364,11 @@ fn corrupt_truncated_edited_and_unsupported_records_are_quarantined() {
     );
     // The quarantine does not come back in later scans.
     assert!(j.scan().unwrap().quarantined.is_empty());
+    // A record the settlement refuses is put aside on demand.
+    let to = j.quarantine("good-1").unwrap().unwrap();
+    assert!(to.is_file() && to.to_string_lossy().ends_with(".corrupt"));
+    assert_eq!(j.load("good-1").unwrap(), None);
+    assert_eq!(j.quarantine("good-1").unwrap(), None);
 }
 
 #[test]

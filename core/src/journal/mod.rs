@@ -540,7 +540,7 @@ impl Journal {
                     ),
                 )),
                 Err(reason) => {
-                    let moved = self.quarantine(&name).ok();
+                    let moved = self.quarantine_file(&name).ok();
                     Err(JournalError::corrupt(
                         &self.path(&name),
                         reason,
@@ -576,6 +576,19 @@ impl Journal {
             }
             // Someone else's (a colliding legacy name) or unreadable: never touched here.
             _ => Ok(None),
+        }
+    }
+
+    /// Renames the record of `reservation_id` aside (J-4) and returns where it went, `None`
+    /// if there is no record. For a record this journal reads but the settlement refuses
+    /// (e.g. `SettlementRecord::from_json` is stricter than journal.py: id length, key):
+    /// it must not replay, and is never deleted.
+    pub fn quarantine(&self, reservation_id: &str) -> Result<Option<PathBuf>, JournalError> {
+        let name = record_file_name(reservation_id);
+        match self.quarantine_file(&name) {
+            Ok(to) => Ok(Some(self.path(&to))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(JournalError::io("quarantine record", &self.path(&name), e)),
         }
     }
 
@@ -695,7 +708,7 @@ impl Journal {
             let record = match JournalRecord::from_json(&bytes) {
                 Ok(r) => r,
                 Err(reason) => {
-                    let moved_to = self.quarantine(name).ok();
+                    let moved_to = self.quarantine_file(name).ok();
                     scan.quarantined.push(Quarantined {
                         file: name.clone(),
                         moved_to,
@@ -857,7 +870,7 @@ impl Journal {
     /// J-4: renames `name` (`<stem>.json`) to `<stem>.corrupt` (journal.py's name), or
     /// `<stem>.<n>.corrupt` if that is taken: an earlier quarantined file is never
     /// replaced. Returns the new name.
-    fn quarantine(&self, name: &str) -> io::Result<String> {
+    fn quarantine_file(&self, name: &str) -> io::Result<String> {
         let stem = name.strip_suffix(SUFFIX).unwrap_or(name);
         for n in 0..1000u32 {
             let to = if n == 0 {
