@@ -74,7 +74,7 @@ const SUFFIX: &str = ".json";
 const DIR_MODE: u32 = 0o700;
 const FILE_MODE: u32 = 0o600;
 /// Most threads [`Journal::write_batch`] fsyncs from at once.
-const FSYNC_THREADS: usize = 16;
+const FSYNC_THREADS: usize = 64;
 
 /// The record file name of a reservation id: `v2-<sha256 lower hex of its UTF-8>.json`.
 /// Any id has one, NUL, `/` and 10,000 characters included.
