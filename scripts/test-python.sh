@@ -8,6 +8,7 @@
 # against the INSTALLED wheel, from a directory where the source tree is not
 # importable. The same wheel is then tested on every other
 # CPython >= 3.10 found (pyenv versions, or LEASEBEAT_EXTRA_PYTHONS="py1 py2").
+# Last, scripts/test-journal-interop.sh (the settlement journal against runcycles 0.5.3's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -84,3 +85,7 @@ for p in $extras; do
   run_suite "$p" "$WORK/venv-$v" tests-only
 done
 echo "==> python: wheel tested on $((n + 1)) CPython version(s)"
+
+# The settlement journal against runcycles Python 0.5.3's (both directions; its own venv).
+echo "==> python: journal interop with runcycles 0.5.3 (scripts/test-journal-interop.sh)"
+scripts/test-journal-interop.sh

@@ -10,6 +10,7 @@ use leasebeat::driver::ApiKey;
 use leasebeat::sim::Policy;
 use leasebeat_cli::{bench, demo, probe, run, serve, simulate};
 
+mod journal;
 mod replay;
 
 /// The end of `leasebeat run --help`: the create request and the exit statuses.
@@ -40,6 +41,13 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Inspect or edit the settlement journal (runcycles-compatible pending records).
+    ///
+    /// `path`, `list` (a replay's scan: one JSON line per record and finding, then a
+    /// summary), `show ID`, `write ID --commit-body JSON ...`, `remove ID`. The partition
+    /// is `--partition DIR`, or the one of `--base-url` and `--tenant` / `--api-key` under
+    /// `--dir` (default $CYCLES_JOURNAL_DIR, else ~/.runcycles/commit-journal).
+    Journal(journal::JournalArgs),
     /// Replay scenario vectors through the public API and check every expectation.
     ///
     /// Prints one line per scenario (pass, or the first mismatch), then
@@ -323,6 +331,7 @@ fn main() -> ExitCode {
         .try_init();
     match cli.command {
         Command::Replay { emit, files } => replay::run(&files, emit),
+        Command::Journal(args) => journal::run(args),
         Command::Serve {
             bind,
             grant_cap_ms,

@@ -27,6 +27,8 @@
 //!
 //! * `http` — a ready driver (`driver`): ureq (rustls) transport, one timer
 //!   thread and a bounded worker pool that run many heartbeats at once.
+//! * `journal` (unix) — the settlement journal (`journal`): durable, atomic per-reservation
+//!   files interchangeable with runcycles Python 0.5.3's pending-commit journal.
 //! * `testkit` — test tooling that is *not* part of the stable API:
 //!   `scenario` (reads and replays the shared scenario vectors) and `sim`
 //!   (the reference server's protocol model behind `leasebeat serve`).
@@ -69,6 +71,9 @@ mod decision;
 pub mod driver;
 mod error;
 mod heartbeat;
+#[cfg(all(feature = "journal", unix))]
+#[cfg_attr(docsrs, doc(cfg(feature = "journal")))]
+pub mod journal;
 mod json;
 mod keys;
 #[cfg(feature = "testkit")]
