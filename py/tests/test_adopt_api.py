@@ -81,6 +81,10 @@ def test_adopt_bad_input_is_a_clear_python_error() -> None:
         adopt(sent_ns=0.5, status=200)
     with pytest.raises(InvalidKey):
         adopt(key="", status=200)
+    # A key that cannot be a header value: refused up front (issue 25).
+    for bad in ("k\r\nX-Evil: 1", "k\n", "\rk", "k\x00"):
+        with pytest.raises(InvalidKey, match="header value"):
+            adopt(key=bad, status=200)
     with pytest.raises(InvalidArgument) as e:
         adopt(sent_ns=2000 * MS, status=200)
     assert isinstance(e.value, ValueError)
