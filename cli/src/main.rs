@@ -85,6 +85,23 @@ enum Command {
         /// How long (ms) a lapsed or finalized reservation is remembered after expiry.
         #[arg(long, default_value_t = 600_000)]
         retention_ms: u64,
+        /// Most idempotency records held (creates, extensions, commits,
+        /// releases; with their reservations, until --retention-ms after
+        /// expiry).
+        ///
+        /// A request that would store one more is refused with 503 and an
+        /// ErrorResponse body (error INTERNAL_ERROR, "server busy: the
+        /// idempotency store is full ...") and changes nothing; a same-key
+        /// replay of a stored record is still answered. 503, not 429: a
+        /// client retries a 5xx create once with the same key, while a 429
+        /// on create stops it at once.
+        #[arg(long = "max-idempotency-records", value_name = "N", default_value_t = serve::DEFAULT_MAX_STORE_RECORDS)]
+        max_store_records: usize,
+        /// Most bytes the idempotency store holds (records' keys, requests,
+        /// responses and a fixed overhead per record and reservation);
+        /// beyond, 503 as for --max-idempotency-records.
+        #[arg(long = "max-idempotency-bytes", value_name = "BYTES", default_value_t = serve::DEFAULT_MAX_STORE_BYTES)]
+        max_store_bytes: usize,
     },
     /// Heartbeat one reservation against a Cycles server, printing each
     /// decision as one JSON line, until the heartbeat stops or Ctrl-C.
@@ -224,6 +241,8 @@ fn main() -> ExitCode {
             max_connections,
             max_buffered_bytes,
             retention_ms,
+            max_store_records,
+            max_store_bytes,
         } => {
             let faults = match faults
                 .iter()
@@ -255,6 +274,8 @@ fn main() -> ExitCode {
                 max_buffered_bytes,
                 keep_entries: false,
                 retention_ms,
+                max_store_records,
+                max_store_bytes,
             })
         }
         Command::Run {

@@ -41,7 +41,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use leasebeat::sim::{Policy, SimResponse, SimServer};
+use leasebeat::sim::{Policy, SimResponse, SimServer, StoreLimits};
 use serde_json::{Value, json};
 
 /// The default epoch the server clock is mapped onto.
@@ -255,7 +255,19 @@ pub struct ServeOptions {
     /// How long a lapsed or finalized reservation is remembered after its
     /// expiry (ms; default 600000).
     pub retention_ms: u64,
+    /// Most idempotency records held (default [`DEFAULT_MAX_STORE_RECORDS`]);
+    /// a request that would store one more is answered `503` (see
+    /// [`leasebeat::sim::StoreLimits`]).
+    pub max_store_records: usize,
+    /// Most bytes the idempotency store holds (default
+    /// [`DEFAULT_MAX_STORE_BYTES`]); beyond, `503` as above.
+    pub max_store_bytes: usize,
 }
+
+/// The default `--max-idempotency-records`.
+pub const DEFAULT_MAX_STORE_RECORDS: usize = 1_000_000;
+/// The default `--max-idempotency-bytes` (512 MiB).
+pub const DEFAULT_MAX_STORE_BYTES: usize = 512 * 1024 * 1024;
 
 impl Default for ServeOptions {
     fn default() -> ServeOptions {
@@ -272,6 +284,8 @@ impl Default for ServeOptions {
             max_buffered_bytes: 64 * 1024 * 1024,
             keep_entries: true,
             retention_ms: 600_000,
+            max_store_records: DEFAULT_MAX_STORE_RECORDS,
+            max_store_bytes: DEFAULT_MAX_STORE_BYTES,
         }
     }
 }
@@ -364,7 +378,14 @@ impl Server {
         };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                sim: SimServer::new(opts.policy.clone()),
+                sim: {
+                    let mut sim = SimServer::new(opts.policy.clone());
+                    sim.limits = StoreLimits {
+                        max_records: opts.max_store_records,
+                        max_bytes: opts.max_store_bytes,
+                    };
+                    sim
+                },
                 counters: HashMap::new(),
                 rng: opts.seed,
                 seq: 0,
@@ -430,7 +451,8 @@ impl Server {
     }
 
     /// `(leases held, extensions applied, lapses detected, requests and
-    /// connections refused by the caps)`.
+    /// connections refused by the caps)` (the idempotency store's caps
+    /// included).
     pub fn counts(&self) -> (usize, u64, u64, usize) {
         check_lapses(&self.shared);
         let st = lock(&self.shared.state);
@@ -438,8 +460,13 @@ impl Server {
             st.sim.lease_count(),
             st.sim.extensions_total(),
             st.sim.lapses_total(),
-            self.shared.refused.load(Ordering::SeqCst),
+            self.shared.refused.load(Ordering::SeqCst) + st.sim.refused_full() as usize,
         )
+    }
+
+    /// Idempotency records and bytes the store holds now.
+    pub fn store_held(&self) -> (usize, usize) {
+        lock(&self.shared.state).sim.store_held()
     }
 
     /// The summary line printed on exit:

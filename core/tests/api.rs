@@ -345,7 +345,11 @@ fn key_sources_with_control_characters_are_refused() {
     let mut n = 0;
     let source = move || {
         n += 1;
-        if n == 1 { "good".to_owned() } else { "bad\r\n".to_owned() }
+        if n == 1 {
+            "good".to_owned()
+        } else {
+            "bad\r\n".to_owned()
+        }
     };
     let mut hb =
         Heartbeat::with_key_source(Config::new(60_000, Some(1_000)), Box::new(source)).unwrap();
