@@ -37,6 +37,19 @@ def adopt(**kw: object) -> tuple[Heartbeat, leasebeat.Decision]:
     return Heartbeat.adopt_create(60000, 10000, **args)  # type: ignore[arg-type]
 
 
+def test_adopt_timing_unknown_with_a_known_send_instant() -> None:
+    """``timing_unknown=True`` (issue 25): the round trip is unknown although
+    ``sent_ns`` is given, as with ``sent_ns=None`` (HB-12)."""
+    _, unknown = adopt(sent_ns=None, status=200, headers={}, body=CREATED)
+    _, marked = adopt(status=200, headers={}, body=CREATED, timing_unknown=True)
+    _, timed = adopt(status=200, headers={}, body=CREATED)
+    assert marked.to_json_str() == unknown.to_json_str()
+    assert (marked.at_ns, marked.proven_until_ns, marked.numbers.max_rtt) == (1500 * MS, 1500 * MS, 0)
+    assert timed.at_ns == 38500 * MS
+    with pytest.raises(TypeError, match="with status"):
+        adopt(failure="timeout", timing_unknown=True)
+
+
 def test_adopt_success_is_anchored_like_the_worked_example() -> None:
     hb, d = adopt(status=200, headers={}, body=CREATED)
     assert (d.next, d.at_ns, d.key_use, d.key_index, d.mode) == (Next.EXTEND, 38500 * MS, KeyUse.NEW, 2, Mode.PRIMARY)
