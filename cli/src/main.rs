@@ -204,7 +204,8 @@ enum Command {
         seconds: u64,
         #[arg(long, default_value_t = 16)]
         workers: usize,
-        /// The server's stdout, with its LAPSE lines.
+        /// The server's stdout, with its LAPSE lines (a `leasebeat serve`'s);
+        /// without it, lapses are `not_measured`.
         #[arg(long)]
         lapse_file: Option<PathBuf>,
     },

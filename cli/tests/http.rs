@@ -1456,3 +1456,40 @@ fn the_idempotency_store_is_capped() {
         assert!(help.contains(want), "--help lacks {want:?}:\n{help}");
     }
 }
+
+/// Issue 25, defect 4: `bench-driver` measures lapses only from a lapse log
+/// (a `leasebeat serve`'s stdout); without one it says `not_measured`,
+/// never `lapses=0 unreported=0`.
+#[test]
+fn bench_driver_says_lapses_were_not_measured_without_a_lapse_log() {
+    let serve = Serve::start(&[]);
+    let bench = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+            .args(["bench-driver", "--url", &serve.url, "--leases", "2"])
+            .args(["--ttl-ms", "4000", "--budget-ms", "1000", "--seconds", "1"])
+            .args(["--workers", "2"])
+            .args(extra)
+            .output()
+            .expect("leasebeat bench-driver");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let line = bench(&[]);
+    assert!(
+        line.contains(" lapses=not_measured unreported=not_measured "),
+        "{line}"
+    );
+    // A file that is not a `leasebeat serve` stdout measures nothing either.
+    let other =
+        std::env::temp_dir().join(format!("leasebeat-not-a-lapse-log-{}", std::process::id()));
+    std::fs::write(&other, "some server's output\n").unwrap();
+    let line = bench(&["--lapse-file", other.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&other);
+    assert!(line.contains(" lapses=not_measured "), "{line}");
+    // A lapse log (the server's stdout): measured.
+    let log = std::env::temp_dir().join(format!("leasebeat-lapse-log-{}", std::process::id()));
+    std::fs::write(&log, format!("listening on {}\n", serve.url)).unwrap();
+    let line = bench(&["--lapse-file", log.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&log);
+    assert!(line.contains(" lapses=0 unreported=0 "), "{line}");
+}
