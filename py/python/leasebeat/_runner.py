@@ -363,13 +363,13 @@ class Runner:
                     self._finalize_sent = self._can_finalize()
                     late = self._finalize_sent
                     if late:
+                        # Started under the lock: join() never sees it unstarted.
                         self._late_finalize = threading.Thread(
                             target=self._send_finalize, name="leasebeat-finalize", daemon=True
                         )
+                        self._late_finalize.start()
             self._stop_requested = True
             self._wake.notify_all()
-        if late and self._late_finalize is not None:
-            self._late_finalize.start()
 
     def join(self, timeout: float | None = None) -> Decision | None:
         """Waits for the runner to end (at most ``timeout`` seconds), and for a
