@@ -71,7 +71,10 @@ class BodyServer:
                     length = int(line.split(b":", 1)[1])
             rest = head.split(b"\r\n\r\n", 1)[1]
             while len(rest) < length:
-                rest += conn.recv(65536)
+                data = conn.recv(65536)
+                if not data:
+                    return
+                rest += data
             block = b"x" * 65536
             if self.mode == "big":
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n")
@@ -106,37 +109,58 @@ class BodyServer:
 REQ = leasebeat.Request("extend", "/v1/reservations/r-1/extend", "k-1", b'{"idempotency_key":"k-1","extend_by_ms":60000}', None, None)
 
 
-def _urllib(url: str, deadline: int | None) -> Any:
-    return UrllibTransport(url, "key")(REQ, deadline)
+# Each maker builds its transport (and client) first, then returns a call
+# taking the deadline: building an httpx client (its SSL context) can take
+# longer than a short deadline, which must bound the attempt alone.
+def _urllib(url: str) -> Callable[[int | None], Any]:
+    t = UrllibTransport(url, "key")
+    return lambda deadline: t(REQ, deadline)
 
 
-def _httpx(url: str, deadline: int | None) -> Any:
-    with httpx.Client() as client:
-        return HttpxTransport(client, url, "key")(REQ, deadline)
+def _httpx(url: str) -> Callable[[int | None], Any]:
+    def call(deadline: int | None) -> Any:
+        try:
+            return t(REQ, deadline)
+        finally:
+            client.close()
+
+    client = httpx.Client()
+    t = HttpxTransport(client, url, "key")
+    return call
 
 
-def _async_urllib(url: str, deadline: int | None) -> Any:
-    return asyncio.run(AsyncUrllibTransport(url, "key")(REQ, deadline))
+def _async_urllib(url: str) -> Callable[[int | None], Any]:
+    t = AsyncUrllibTransport(url, "key")
+    return lambda deadline: asyncio.run(t(REQ, deadline))
 
 
-def _async_httpx(url: str, deadline: int | None) -> Any:
-    async def go() -> Any:
-        async with httpx.AsyncClient() as client:
-            return await AsyncHttpxTransport(client, url, "key")(REQ, deadline)
+def _async_httpx(url: str) -> Callable[[int | None], Any]:
+    def call(deadline: int | None) -> Any:
+        async def go() -> Any:
+            try:
+                return await t(REQ, deadline)
+            finally:
+                await client.aclose()
 
-    return asyncio.run(go())
+        return asyncio.run(go())
+
+    client = httpx.AsyncClient()  # bound to the loop of its first request
+    t = AsyncHttpxTransport(client, url, "key")
+    return call
 
 
 TRANSPORTS = {"urllib": _urllib, "httpx": _httpx, "async_urllib": _async_urllib, "async_httpx": _async_httpx}
 
 
-def _call(fn: Callable[[str, int | None], Any], server: BodyServer, deadline: int | None) -> tuple[Any, int]:
-    """Runs one attempt; returns its outcome (a response or the raised
-    exception) and the peak of traced memory during it."""
+def _call(make: Callable[[str], Callable[[int | None], Any]], server: BodyServer, budget_ns: int | None) -> tuple[Any, int]:
+    """Runs one attempt with a deadline ``budget_ns`` from now (None:
+    none); returns its outcome (a response or the raised exception) and the
+    peak of traced memory during it."""
+    call = make(server.url)
     tracemalloc.start()
     try:
         try:
-            out: Any = fn(server.url, deadline)
+            out: Any = call(None if budget_ns is None else time.monotonic_ns() + budget_ns)
         except leasebeat.TransportError as e:
             out = e
         peak = tracemalloc.get_traced_memory()[1]
@@ -151,8 +175,7 @@ def _call(fn: Callable[[str, int | None], Any], server: BodyServer, deadline: in
 @pytest.mark.parametrize("bounded", [True, False], ids=["deadline", "no-deadline"])
 def test_an_over_cap_body_is_not_read(name: str, mode: str, bounded: bool) -> None:
     server = BodyServer(mode)
-    deadline = time.monotonic_ns() + 60_000_000_000 if bounded else None
-    out, peak = _call(TRANSPORTS[name], server, deadline)
+    out, peak = _call(TRANSPORTS[name], server, 60_000_000_000 if bounded else None)
     # As the Rust driver: the status and headers, an empty body (the core
     # then classifies a 200 without a usable body as ambiguous).
     assert isinstance(out, leasebeat.HttpResponse), out
@@ -165,7 +188,7 @@ def test_an_over_cap_body_is_not_read(name: str, mode: str, bounded: bool) -> No
 @pytest.mark.parametrize("name", TRANSPORTS)
 def test_a_body_of_exactly_the_cap_is_read(name: str) -> None:
     server = BodyServer("exact")
-    out, _ = _call(TRANSPORTS[name], server, time.monotonic_ns() + 60_000_000_000)
+    out, _ = _call(TRANSPORTS[name], server, 60_000_000_000)
     assert isinstance(out, leasebeat.HttpResponse), out
     assert out.status == 200 and len(out.body) == MAX_BODY_BYTES
 
@@ -173,7 +196,7 @@ def test_a_body_of_exactly_the_cap_is_read(name: str) -> None:
 @pytest.mark.parametrize("name", TRANSPORTS)
 def test_reading_stops_at_the_deadline(name: str) -> None:
     server = BodyServer("trickle")
-    out, _ = _call(TRANSPORTS[name], server, time.monotonic_ns() + 300_000_000)
+    out, _ = _call(TRANSPORTS[name], server, 300_000_000)
     assert isinstance(out, leasebeat.TransportError), out
     assert out.kind is leasebeat.TransportFailure.TIMEOUT
     # The abandoned attempt's connection was closed: the server saw it (the

@@ -245,6 +245,14 @@ class UrllibTransport:
         return _with_deadline(lambda abort: self._send(request, deadline_ns, abort), deadline_ns)
 
 
+def _identity(headers: dict[str, str]) -> dict[str, str]:
+    """No compressed body (httpx asks for gzip by default): the bytes read are
+    the bytes counted against MAX_BODY_BYTES, and one small compressed read
+    cannot expand into a large one."""
+    headers["Accept-Encoding"] = "identity"
+    return headers
+
+
 def _httpx_socket(response: Any) -> Any:
     """The socket under an httpx response, if httpcore tells it."""
     try:
@@ -267,7 +275,7 @@ class HttpxTransport:
             "POST",
             self.base_url + request.path,
             content=request.body,
-            headers=_headers(request, self.api_key),
+            headers=_identity(_headers(request, self.api_key)),
             timeout=timeout,
             follow_redirects=False,
         ) as r:
@@ -277,7 +285,10 @@ class HttpxTransport:
             if _declared_too_long(r.headers):
                 body = None
             else:
-                chunks = r.iter_bytes(_CHUNK)
+                # Each network read as it arrives (a chunk size would make
+                # httpx gather 64 KiB before yielding: no deadline check
+                # between a trickle's reads).
+                chunks = r.iter_bytes()
                 body = _read_capped(lambda _n: next(chunks, b""), lambda: abort.check(deadline_ns))
             # Leaving the block closes the response; an unread rest of the
             # body closes its connection too.
@@ -301,7 +312,7 @@ class AsyncHttpxTransport:
             "POST",
             self.base_url + request.path,
             content=request.body,
-            headers=_headers(request, self.api_key),
+            headers=_identity(_headers(request, self.api_key)),
             timeout=timeout,
             follow_redirects=False,
         ) as r:
@@ -309,7 +320,7 @@ class AsyncHttpxTransport:
                 return HttpResponse(r.status_code, r.headers, b"")
             parts: list[bytes] = []
             n = 0
-            async for chunk in r.aiter_bytes(_CHUNK):
+            async for chunk in r.aiter_bytes():
                 n += len(chunk)
                 if n > MAX_BODY_BYTES:
                     return HttpResponse(r.status_code, r.headers, b"")
