@@ -249,7 +249,8 @@ impl PyHeartbeat {
     /// body this heartbeat would have built from ``create_request``.
     ///
     /// Raises TypeError (a wrong type, or not exactly one of ``status`` and
-    /// ``failure``), InvalidConfig, InvalidKey (``key`` empty or too long),
+    /// ``failure``), InvalidConfig, InvalidKey (``key`` empty, too long, or
+    /// with a CR, LF or other control character: not a header value),
     /// InvalidArgument (a status outside 100..=999, ``sent_ns`` after
     /// ``received_ns``, a ``request_body`` that is not a JSON object with
     /// this key).
