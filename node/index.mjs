@@ -24,6 +24,7 @@ export const {
   fetchTransport,
   holdCadence,
   KeyUse,
+  MAX_BODY_BYTES,
   MAX_TTL_MS,
   MIN_TTL_MS,
   Mode,

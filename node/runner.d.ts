@@ -65,19 +65,25 @@ export interface FetchTransportOptions {
   /** Sent as `X-Cycles-API-Key`. */
   apiKey: string
   /** A fetch implementation (default: the global `fetch`). */
-  fetch?: (input: string, init: { method: string; headers: Record<string, string>; body: Uint8Array<ArrayBuffer>; signal: AbortSignalOf }) => Promise<{ status: number; headers: Iterable<[string, string]>; arrayBuffer(): Promise<ArrayBuffer> }>
+  fetch?: (input: string, init: { method: string; headers: Record<string, string>; body: Uint8Array<ArrayBuffer>; signal: AbortSignalOf }) => Promise<{ status: number; headers: Iterable<[string, string]>; body?: ReadableStream<Uint8Array> | null; arrayBuffer(): Promise<ArrayBuffer> }>
 }
 
 /**
  * The default transport over `fetch`: `POST {baseUrl}/v1/reservations` and
  * `POST {baseUrl}/v1/reservations/{id}/{extend|release|commit}` with
- * `X-Cycles-API-Key` and `X-Idempotency-Key`; the whole attempt (connect,
+ * `X-Cycles-API-Key` and `X-Idempotency-Key`; reads at most
+ * `MAX_BODY_BYTES` of the body (a longer body is not read: the response
+ * resolves with its status, headers and an empty body, which the core
+ * classifies by status, as with the Rust driver); the whole attempt (connect,
  * request, response, body) is bounded by the signal the runner passes
  * (`AbortSignal.timeout` of the remaining attempt time); failures become
  * `TransportError`s (`'timeout'` once the signal aborted, `'connect'` for a
  * refused/unresolvable connection, `'reset'` otherwise).
  */
 export declare function fetchTransport (options: FetchTransportOptions): Transport
+
+/** The largest response body `fetchTransport` reads: 1 MiB (1,048,576 bytes). */
+export declare const MAX_BODY_BYTES: number
 
 /** The `lease_in_jeopardy` event (D-15). */
 export interface JeopardyEvent {
@@ -131,8 +137,10 @@ export interface RunOptions {
   /**
    * After the stop, release the reservation (`'release'`) or commit it
    * (`{ commit: { actual: { unit, amount }, ... } }`) through the transport,
-   * unless the server already ended it (expired, finalized, not found) or
-   * none was created. Default: `null` (leave it).
+   * unless the server already ended it (finalized, not found) or none was
+   * created. After `expired` it is sent all the same: a server may accept it
+   * for a grace period after expiry; its answer goes to `onFinalize`.
+   * Default: `null` (leave it).
    */
   finalize?: 'release' | { commit: Record<string, unknown> } | null
   /** The outcome of that release or commit. */

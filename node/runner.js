@@ -58,6 +58,70 @@ class TransportError extends Error {
   }
 }
 
+/**
+ * The largest response body the default transport reads (1 MiB), as the Rust
+ * driver's `MAX_BODY_BYTES`. A longer body (declared by `content-length`, or
+ * found while reading a chunked or close-delimited body) is not read further:
+ * the body stream is cancelled, which closes the connection, and the response
+ * resolves with its status, its headers and an empty body, which the core
+ * classifies by status as a response without a usable body (P-3: a 200 is then
+ * ambiguous, a 404 `not_found`).
+ */
+const MAX_BODY_BYTES = 1024 * 1024
+
+/** The declared `content-length` of a fetch response's headers, or null. */
+function declaredLength (headers) {
+  let v = null
+  if (headers != null && typeof headers.get === 'function') {
+    v = headers.get('content-length')
+  } else if (headers != null && typeof headers[Symbol.iterator] === 'function') {
+    for (const [name, value] of headers) if (String(name).toLowerCase() === 'content-length') v = value
+  }
+  return typeof v === 'string' && /^\s*\d+\s*$/.test(v) ? Number(v) : null
+}
+
+const EMPTY = new Uint8Array(0)
+
+/**
+ * Reads a fetch response's body, at most MAX_BODY_BYTES of it (see there).
+ * The signal the fetch was given aborts a read in progress.
+ */
+async function readCapped (res) {
+  const declared = declaredLength(res.headers)
+  const stream = res.body
+  const streaming = stream != null && typeof stream.getReader === 'function'
+  if (declared !== null && declared > MAX_BODY_BYTES) {
+    if (streaming) await stream.cancel().catch(() => {})
+    return EMPTY
+  }
+  if (!streaming) {
+    // A fetch without a body stream (the caller's): read whole, then capped.
+    const all = new Uint8Array(await res.arrayBuffer())
+    return all.byteLength > MAX_BODY_BYTES ? EMPTY : all
+  }
+  const reader = stream.getReader()
+  const parts = []
+  let n = 0
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    n += value.byteLength
+    if (n > MAX_BODY_BYTES) {
+      await reader.cancel().catch(() => {})
+      return EMPTY
+    }
+    parts.push(value)
+  }
+  if (parts.length === 1) return parts[0]
+  const body = new Uint8Array(n)
+  let at = 0
+  for (const p of parts) {
+    body.set(p, at)
+    at += p.byteLength
+  }
+  return body
+}
+
 const CONNECT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'EADDRNOTAVAIL'])
 
 /** Maps an error thrown by fetch (or by reading its body) to a transport failure kind. */
@@ -76,8 +140,9 @@ function fetchFailureKind (err, signal) {
  * The default transport: the global `fetch` against a Cycles server. Sends
  * `POST {baseUrl}/v1/reservations` (create) and
  * `POST {baseUrl}/v1/reservations/{id}/{extend|release|commit}` with
- * `X-Cycles-API-Key`, `X-Idempotency-Key` and the body; reads the complete
- * body; aborts the whole attempt (connect, send, response, body) with the
+ * `X-Cycles-API-Key`, `X-Idempotency-Key` and the body; reads the body up to
+ * MAX_BODY_BYTES (1 MiB; a longer body is not read and resolves as an empty
+ * body, as the Rust driver); aborts the whole attempt (connect, send, response, body) with the
  * signal it is given, and maps failures to `TransportError`.
  */
 function fetchTransport (options) {
@@ -103,7 +168,7 @@ function fetchTransport (options) {
         body: request.body,
         signal
       })
-      const body = new Uint8Array(await res.arrayBuffer())
+      const body = await readCapped(res)
       return { status: res.status, headers: res.headers, body }
     } catch (err) {
       if (err instanceof TransportError) throw err
@@ -134,7 +199,10 @@ function sleep (ms, signal) {
 }
 
 const running = new WeakSet()
-const NO_RELEASE = new Set(['expired', 'finalized', 'not_found', 'create_failed', 'create_rejected', 'no_reservation'])
+// Stops after which nothing is left to release or commit. After `expired` the
+// release or commit is sent all the same: a server may accept it for a grace
+// period after expiry (the Cycles server does, for 5 s); its answer is reported.
+const NO_RELEASE = new Set(['finalized', 'not_found', 'create_failed', 'create_rejected', 'no_reservation'])
 
 function check (cond, message) {
   if (!cond) throw new TypeError(message)
@@ -407,4 +475,4 @@ async function finalize (heartbeat, o, transport, report) {
   report(o.onFinalize, result)
 }
 
-module.exports = { runHeartbeat, fetchTransport, TransportError, PROVEN_FOREVER_NS, timerSlack }
+module.exports = { runHeartbeat, fetchTransport, TransportError, PROVEN_FOREVER_NS, MAX_BODY_BYTES, timerSlack }

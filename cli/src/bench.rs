@@ -29,7 +29,9 @@ pub struct BenchOptions {
     /// The server's stdout (its `LAPSE ...` lines), read at the end. The
     /// server must map its clock onto the wall clock (`--epoch-ms` = Unix
     /// ms at its start) so that expiries compare with this process's
-    /// wall-clock times.
+    /// wall-clock times. Without it (or when the file is not a `leasebeat
+    /// serve` stdout) the line says `lapses=not_measured
+    /// unreported=not_measured`.
     pub lapse_file: Option<std::path::PathBuf>,
     /// Live heap bytes, when the process counts its allocations
     /// (`cli/examples/bench_heap.rs`): adds `heap_bytes_per_lease`.
@@ -225,12 +227,24 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
     let end_wall = wall_ms();
     // Give the server's lapse monitor a moment, then read its lapses.
     std::thread::sleep(Duration::from_millis(200));
+    // Lapses are measured only from a lapse log: the stdout of a `leasebeat
+    // serve` (its first line `listening on ...`, then one `LAPSE ...` line
+    // per lapse), or a file of `LAPSE` lines that says it is one (a line
+    // `# lapse log ...`: the real-server stage's Redis poller). Without one (another server, e.g. the real Cycles server,
+    // which keeps no such log) nothing was measured: say so, never 0.
+    let lapse_log = opts
+        .lapse_file
+        .as_ref()
+        .map(|path| std::fs::read_to_string(path).unwrap_or_default())
+        .filter(|text| {
+            text.lines()
+                .any(|l| l.starts_with("listening on ") || l.starts_with("# lapse log"))
+        });
     let mut lapses = 0u64;
     let mut unreported = 0u64;
     // How long before its expiry each lapsed lease was reported (ms; reported ones only).
     let mut report_lead_ms: Vec<u64> = Vec::new();
-    if let Some(path) = &opts.lapse_file {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
+    if let Some(text) = &lapse_log {
         for line in text.lines().filter(|l| l.starts_with("LAPSE ")) {
             let field = |name: &str| {
                 line.split_whitespace()
@@ -256,6 +270,10 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
     late_ns.sort_unstable();
     early_ns.sort_unstable();
     let per_lease = rss_end.saturating_sub(rss0) / opts.leases.max(1) as u64;
+    let (lapses, unreported) = match lapse_log {
+        Some(_) => (lapses.to_string(), unreported.to_string()),
+        None => ("not_measured".to_owned(), "not_measured".to_owned()),
+    };
     println!(
         "leases={} beats_per_s={:.0} late_p50_ms={:.3} late_p99_ms={:.3} rss_bytes_per_lease={} lapses={} unreported={} created={} create_failed={} ramp_s={} jeopardy={} stops={} cpu_timer_pct={:.1} cpu_workers_pct={:.1} cpu_other_pct={:.1}",
         opts.leases,

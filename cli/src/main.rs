@@ -137,6 +137,23 @@ enum Command {
         /// thousandths of the expiry clock's rate (e.g. 1500: 50 % fast).
         #[arg(long, value_name = "N")]
         remaining_clock_permille: Option<u32>,
+        /// Most idempotency records held (creates, extensions, commits,
+        /// releases; with their reservations, until --retention-ms after
+        /// expiry).
+        ///
+        /// A request that would store one more is refused with 503 and an
+        /// ErrorResponse body (error INTERNAL_ERROR, "server busy: the
+        /// idempotency store is full ...") and changes nothing; a same-key
+        /// replay of a stored record is still answered. 503, not 429: a
+        /// client retries a 5xx create once with the same key, while a 429
+        /// on create stops it at once.
+        #[arg(long = "max-idempotency-records", value_name = "N", default_value_t = serve::DEFAULT_MAX_STORE_RECORDS)]
+        max_store_records: usize,
+        /// Most bytes the idempotency store holds (records' keys, requests,
+        /// responses and a fixed overhead per record and reservation);
+        /// beyond, 503 as for --max-idempotency-records.
+        #[arg(long = "max-idempotency-bytes", value_name = "BYTES", default_value_t = serve::DEFAULT_MAX_STORE_BYTES)]
+        max_store_bytes: usize,
     },
     /// Heartbeat one reservation against a Cycles server, printing each
     /// decision as one JSON line, until the heartbeat stops or Ctrl-C.
@@ -308,7 +325,8 @@ enum Command {
         seconds: u64,
         #[arg(long, default_value_t = 16)]
         workers: usize,
-        /// The server's stdout, with its LAPSE lines.
+        /// The server's stdout, with its LAPSE lines (a `leasebeat serve`'s);
+        /// without it, lapses are `not_measured`.
         #[arg(long)]
         lapse_file: Option<PathBuf>,
     },
@@ -352,6 +370,8 @@ fn main() -> ExitCode {
             replay_changed_body,
             no_idempotency_mismatch,
             remaining_clock_permille,
+            max_store_records,
+            max_store_bytes,
         } => {
             let faults = match faults
                 .iter()
@@ -390,6 +410,8 @@ fn main() -> ExitCode {
                     replay_changed_body,
                     no_idempotency_mismatch,
                 },
+                max_store_records,
+                max_store_bytes,
             })
         }
         Command::Run {

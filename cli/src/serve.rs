@@ -41,7 +41,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use leasebeat::sim::{Policy, ServerBugs, SimResponse, SimServer};
+use leasebeat::sim::{Policy, ServerBugs, SimResponse, SimServer, StoreLimits};
 use serde_json::{Value, json};
 
 /// The grace after expiry during which commit and release are accepted when
@@ -271,7 +271,19 @@ pub struct ServeOptions {
     /// Deliberate protocol bugs (none by default), to prove that
     /// `leasebeat probe` catches each.
     pub bugs: ServerBugs,
+    /// Most idempotency records held (default [`DEFAULT_MAX_STORE_RECORDS`]);
+    /// a request that would store one more is answered `503` (see
+    /// [`leasebeat::sim::StoreLimits`]).
+    pub max_store_records: usize,
+    /// Most bytes the idempotency store holds (default
+    /// [`DEFAULT_MAX_STORE_BYTES`]); beyond, `503` as above.
+    pub max_store_bytes: usize,
 }
+
+/// The default `--max-idempotency-records`.
+pub const DEFAULT_MAX_STORE_RECORDS: usize = 1_000_000;
+/// The default `--max-idempotency-bytes` (512 MiB).
+pub const DEFAULT_MAX_STORE_BYTES: usize = 512 * 1024 * 1024;
 
 impl Default for ServeOptions {
     fn default() -> ServeOptions {
@@ -292,6 +304,8 @@ impl Default for ServeOptions {
             keep_entries: true,
             retention_ms: 600_000,
             bugs: ServerBugs::default(),
+            max_store_records: DEFAULT_MAX_STORE_RECORDS,
+            max_store_bytes: DEFAULT_MAX_STORE_BYTES,
         }
     }
 }
@@ -387,6 +401,10 @@ impl Server {
                 sim: {
                     let mut sim = SimServer::new(opts.policy.clone());
                     sim.bugs = opts.bugs.clone();
+                    sim.limits = StoreLimits {
+                        max_records: opts.max_store_records,
+                        max_bytes: opts.max_store_bytes,
+                    };
                     sim
                 },
                 counters: HashMap::new(),
@@ -454,7 +472,8 @@ impl Server {
     }
 
     /// `(leases held, extensions applied, lapses detected, requests and
-    /// connections refused by the caps)`.
+    /// connections refused by the caps)` (the idempotency store's caps
+    /// included).
     pub fn counts(&self) -> (usize, u64, u64, usize) {
         check_lapses(&self.shared);
         let st = lock(&self.shared.state);
@@ -462,8 +481,13 @@ impl Server {
             st.sim.lease_count(),
             st.sim.extensions_total(),
             st.sim.lapses_total(),
-            self.shared.refused.load(Ordering::SeqCst),
+            self.shared.refused.load(Ordering::SeqCst) + st.sim.refused_full() as usize,
         )
+    }
+
+    /// Idempotency records and bytes the store holds now.
+    pub fn store_held(&self) -> (usize, usize) {
+        lock(&self.shared.state).sim.store_held()
     }
 
     /// The summary line printed on exit:

@@ -1649,3 +1649,135 @@ fn events_grace_and_settlement_faults() {
         .collect();
     assert_eq!(commits, [Some(410), Some(200)]);
 }
+
+/// Issue 25, defect 6: the idempotency store is capped by count and bytes;
+/// beyond, a request that would store a new record gets 503 with an
+/// ErrorResponse body and changes nothing, while replays are still answered
+/// and an extension replacing a reservation's oldest record still fits.
+#[test]
+fn the_idempotency_store_is_capped() {
+    let create = |k: &str| {
+        format!(
+            r#"{{"idempotency_key":"{k}","ttl_ms":60000,"subject":{{"tenant":"t"}},"action":{{"kind":"k","name":"n"}},"estimate":{{"unit":"TOKENS","amount":3}}}}"#
+        )
+    };
+    let ext = |k: &str| format!(r#"{{"extend_by_ms":5000,"idempotency_key":"{k}"}}"#);
+    let auth = ("X-Cycles-API-Key", KEY);
+    let full = |(st, r): (u16, Value)| {
+        assert_eq!(st, 503, "{r}");
+        assert_eq!(r["error"], "INTERNAL_ERROR", "{r}");
+        assert!(
+            r["message"]
+                .as_str()
+                .unwrap()
+                .contains("idempotency store is full"),
+            "{r}"
+        );
+        assert!(r["request_id"].is_string(), "{r}");
+    };
+
+    // By count: a create and 4 extension records (EXTEND_KEYS_KEPT) fill 5.
+    let serve = Serve::start(&["--max-idempotency-records", "5"]);
+    let u = &serve.url;
+    let (st, r) = raw(u, "/v1/reservations", &[auth], &create("c1"));
+    assert_eq!(st, 200, "{r}");
+    let id = r["reservation_id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/reservations/{id}/extend");
+    for k in ["e1", "e2", "e3", "e4"] {
+        assert_eq!(raw(u, &path, &[auth], &ext(k)).0, 200);
+    }
+    full(raw(u, "/v1/reservations", &[auth], &create("c2")));
+    // Nothing was created: the next id is still free, the refused key too.
+    assert_eq!(
+        serve.requests("create", None).len(),
+        2,
+        "both creates reached the server"
+    );
+    // A replay is answered; an extension replacing the oldest record fits.
+    let (st, r) = raw(u, "/v1/reservations", &[auth], &create("c1"));
+    assert_eq!((st, r["reservation_id"].as_str()), (200, Some(id.as_str())));
+    assert_eq!(raw(u, &path, &[auth], &ext("e4")).0, 200);
+    assert_eq!(raw(u, &path, &[auth], &ext("e5")).0, 200);
+    // A release would add a record: refused while full.
+    let rel = format!("/v1/reservations/{id}/release");
+    full(raw(u, &rel, &[auth], r#"{"idempotency_key":"r1"}"#));
+    drop(serve);
+
+    // By bytes: a few creates fit in 2,000 bytes, then 503.
+    let serve = Serve::start(&["--max-idempotency-bytes", "2000"]);
+    let mut statuses = Vec::new();
+    for i in 0..20 {
+        statuses.push(
+            raw(
+                &serve.url,
+                "/v1/reservations",
+                &[auth],
+                &create(&format!("b{i}")),
+            )
+            .0,
+        );
+    }
+    let ok = statuses.iter().take_while(|s| **s == 200).count();
+    assert!((1..20).contains(&ok), "{statuses:?}");
+    assert!(statuses[ok..].iter().all(|s| *s == 503), "{statuses:?}");
+    full(raw(
+        &serve.url,
+        "/v1/reservations",
+        &[auth],
+        &create("b-last"),
+    ));
+    drop(serve);
+
+    // Documented in --help, with the defaults.
+    let help = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+        .args(["serve", "--help"])
+        .output()
+        .expect("leasebeat serve --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for want in [
+        "--max-idempotency-records <N>",
+        "--max-idempotency-bytes <BYTES>",
+        "[default: 1000000]",
+        "[default: 536870912]",
+        "503",
+    ] {
+        assert!(help.contains(want), "--help lacks {want:?}:\n{help}");
+    }
+}
+
+/// Issue 25, defect 4: `bench-driver` measures lapses only from a lapse log
+/// (a `leasebeat serve`'s stdout); without one it says `not_measured`,
+/// never `lapses=0 unreported=0`.
+#[test]
+fn bench_driver_says_lapses_were_not_measured_without_a_lapse_log() {
+    let serve = Serve::start(&[]);
+    let bench = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
+            .args(["bench-driver", "--url", &serve.url, "--leases", "2"])
+            .args(["--ttl-ms", "4000", "--budget-ms", "1000", "--seconds", "1"])
+            .args(["--workers", "2"])
+            .args(extra)
+            .output()
+            .expect("leasebeat bench-driver");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let line = bench(&[]);
+    assert!(
+        line.contains(" lapses=not_measured unreported=not_measured "),
+        "{line}"
+    );
+    // A file that is not a `leasebeat serve` stdout measures nothing either.
+    let other =
+        std::env::temp_dir().join(format!("leasebeat-not-a-lapse-log-{}", std::process::id()));
+    std::fs::write(&other, "some server's output\n").unwrap();
+    let line = bench(&["--lapse-file", other.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&other);
+    assert!(line.contains(" lapses=not_measured "), "{line}");
+    // A lapse log (the server's stdout): measured.
+    let log = std::env::temp_dir().join(format!("leasebeat-lapse-log-{}", std::process::id()));
+    std::fs::write(&log, format!("listening on {}\n", serve.url)).unwrap();
+    let line = bench(&["--lapse-file", log.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&log);
+    assert!(line.contains(" lapses=0 unreported=0 "), "{line}");
+}

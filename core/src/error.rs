@@ -22,8 +22,10 @@ pub enum ErrorKind {
     AlreadySent,
     /// The heartbeat has stopped; a stop is final.
     Stopped,
-    /// The key source produced an unusable key (empty, longer than 256
-    /// characters, or already used on this lease).
+    /// The key source produced an unusable key, or an adopted create's key
+    /// is unusable: empty, longer than 256 characters, with a CR, LF or
+    /// other control character (not a header value), or already used on
+    /// this lease.
     InvalidKey,
 }
 

@@ -613,7 +613,8 @@ impl Heartbeat {
     /// `idempotency_key` and `ttl_ms`). `create.sent_ns` `None` means the
     /// round trip is unknown (HB-12). Errors: [`ErrorKind::InvalidConfig`]
     /// for `config`, [`ErrorKind::InvalidKey`] for a key of 0 or more than
-    /// 256 characters, [`ErrorKind::InvalidArgument`] for a body that does
+    /// 256 characters or with a CR, LF or other control character (it
+    /// could not be a header value), [`ErrorKind::InvalidArgument`] for a body that does
     /// not match, a status outside 100..=999, or `sent_ns` after
     /// `received_ns`.
     ///
@@ -656,6 +657,12 @@ impl Heartbeat {
                 format!(
                     "the adopted create's key has {chars} characters (must be 1..={MAX_KEY_CHARS})"
                 ),
+            ));
+        }
+        if let Some(why) = header_unsafe_key(&key) {
+            return Err(Error::new(
+                ErrorKind::InvalidKey,
+                format!("the adopted create's key {why}"),
             ));
         }
         if let Some(sent) = sent_ns {
@@ -1052,6 +1059,16 @@ impl Heartbeat {
                     "the key source returned a key of {chars} characters (must be 1..={MAX_KEY_CHARS})"
                 ),
             ));
+        }
+        // A source that says its keys are plain has no control character
+        // in them (see `KeySource::plain_keys`); any other key is looked at.
+        if !self.plain_keys {
+            if let Some(why) = header_unsafe_key(&key) {
+                return Err(Error::new(
+                    ErrorKind::InvalidKey,
+                    format!("the key source returned a key that {why}"),
+                ));
+            }
         }
         // (`VecDeque::contains` is not free on an empty deque.)
         if self
@@ -1854,6 +1871,22 @@ impl Heartbeat {
             Some(detail),
             (None, None),
         )
+    }
+}
+
+/// Why `key` cannot be sent as the `X-Idempotency-Key` header value, if it
+/// cannot: a CR or LF (a header injection or a request the HTTP client
+/// refuses locally, which a runner would see as a `reset`), or any other
+/// control character (below U+0020, or U+007F). The reason never contains
+/// the key itself.
+fn header_unsafe_key(key: &str) -> Option<&'static str> {
+    let b = key.as_bytes();
+    if b.iter().any(|c| *c == b'\r' || *c == b'\n') {
+        Some("contains CR or LF: it cannot be an HTTP header value")
+    } else if b.iter().any(|c| *c < 0x20 || *c == 0x7f) {
+        Some("contains a control character: it cannot be an HTTP header value")
+    } else {
+        None
     }
 }
 

@@ -5,7 +5,10 @@ use std::fmt;
 /// Where new idempotency keys come from. The default is [`UuidV4Keys`]; tests
 /// inject a deterministic source such as [`SequentialKeys`].
 pub trait KeySource: Send {
-    /// A key never returned before. It must be 1..=256 characters.
+    /// A key never returned before. It must be 1..=256 characters, without
+    /// a CR, LF or other control character (it is sent as the
+    /// `X-Idempotency-Key` header value); a key that breaks this is refused
+    /// with `ErrorKind::InvalidKey`.
     fn next_key(&mut self) -> String;
 
     /// Writes a new key into `out`, replacing its contents (the heartbeat

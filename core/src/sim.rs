@@ -120,7 +120,51 @@ pub struct Lease {
     /// Commit and release idempotency records: (request, response).
     commit_keys: HashMap<String, (Value, SimResponse)>,
     release_keys: HashMap<String, (Value, SimResponse)>,
+    /// What this reservation holds in the store's accounting (see
+    /// [`StoreLimits`]): records (its create's included) and bytes.
+    held: Held,
 }
+
+/// Records and bytes counted against the [`StoreLimits`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Held {
+    records: usize,
+    bytes: usize,
+}
+
+/// Bounds of the idempotency store (the reservations and their records,
+/// which live and go together): a request that would store a new record
+/// beyond either bound is refused with `503 INTERNAL_ERROR` ("server busy")
+/// and changes nothing; a same-key replay of a stored record is still
+/// answered, and an extension that replaces a reservation's oldest record
+/// (it keeps [`EXTEND_KEYS_KEPT`]) counts only what it adds. Records go
+/// with their reservation, `retention_ms` after its expiry (see
+/// [`SimServer::take_lapses`]). The default is unbounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Most idempotency records held (creates, extensions, commits,
+    /// releases).
+    pub max_records: usize,
+    /// Most bytes held, as estimated by the model: each record's key,
+    /// request and response texts plus a fixed overhead per record
+    /// ([`RECORD_OVERHEAD_BYTES`]) and per reservation
+    /// ([`LEASE_OVERHEAD_BYTES`]).
+    pub max_bytes: usize,
+}
+
+impl Default for StoreLimits {
+    fn default() -> StoreLimits {
+        StoreLimits {
+            max_records: usize::MAX,
+            max_bytes: usize::MAX,
+        }
+    }
+}
+
+/// The fixed cost counted per idempotency record (hash table slot, boxes).
+pub const RECORD_OVERHEAD_BYTES: usize = 96;
+/// The fixed cost counted per reservation (its entry, its expiry entries).
+pub const LEASE_OVERHEAD_BYTES: usize = 256;
 
 impl Lease {
     /// True when the lease is ACTIVE and not yet expired at `now_ms`.
@@ -218,6 +262,13 @@ pub struct SimServer {
     events: HashMap<String, (Box<[u8]>, SimResponse)>,
     /// Events applied.
     events_total: u64,
+    /// Bounds of the idempotency store (default: none).
+    pub limits: StoreLimits,
+    /// Records and bytes held now (create records of forgotten leases
+    /// included, until they are dropped).
+    held: Held,
+    /// Requests refused because the store was full.
+    refused_full: u64,
 }
 
 /// How many extension idempotency records a reservation keeps (the most
@@ -240,6 +291,26 @@ pub struct SimLapse {
     pub expires_at_ms: u64,
     /// Extensions it had received.
     pub extensions: u32,
+}
+
+/// What a create record counts (see [`StoreLimits`]).
+fn create_record(key: &str, id: &str, stored: &Stored) -> Held {
+    Held {
+        records: 1,
+        bytes: RECORD_OVERHEAD_BYTES
+            + key.len()
+            + id.len()
+            + stored.request.len()
+            + stored.response.as_ref().map_or(0, |r| r.len()),
+    }
+}
+
+/// What an extension record counts.
+fn extend_record(key: &str, stored: &Stored) -> Held {
+    Held {
+        records: 1,
+        bytes: RECORD_OVERHEAD_BYTES + key.len() + stored.request.len(),
+    }
 }
 
 fn int(o: &Map<String, Value>, name: &str) -> Option<u64> {
@@ -332,13 +403,80 @@ impl SimServer {
         if let Err(why) = check_event(request.as_object().expect("checked object")) {
             return self.error(400, "INVALID_REQUEST", &why);
         }
-        self.events_total += 1;
         let response = SimResponse::json(
             201,
-            &json!({"status": "APPLIED", "event_id": format!("evt-{}", self.events_total)}),
+            &json!({"status": "APPLIED", "event_id": format!("evt-{}", self.events_total + 1)}),
         );
+        // An event's record counts toward the store's limits like any other
+        // (it is kept for good: events have no reservation to go with).
+        let record = Held {
+            records: 1,
+            bytes: RECORD_OVERHEAD_BYTES + key.len() + request_text.len() + response.body.len(),
+        };
+        if !self.room_for(record, Held::default()) {
+            return self.store_full();
+        }
+        self.held.records += record.records;
+        self.held.bytes += record.bytes;
+        self.events_total += 1;
         self.events.insert(key, (request_text, response.clone()));
         response
+    }
+
+    /// Idempotency records and bytes held now (see [`StoreLimits`]).
+    pub fn store_held(&self) -> (usize, usize) {
+        (self.held.records, self.held.bytes)
+    }
+
+    /// Requests refused so far because the store was full.
+    pub fn refused_full(&self) -> u64 {
+        self.refused_full
+    }
+
+    /// Whether `add` more records and bytes (after `free` freed) stay within
+    /// the limits. When not, drops the create records of forgotten leases
+    /// first and looks again.
+    fn room_for(&mut self, add: Held, free: Held) -> bool {
+        let fits = |held: Held, limits: StoreLimits| {
+            let records = held.records.saturating_sub(free.records);
+            let bytes = held.bytes.saturating_sub(free.bytes);
+            records.saturating_add(add.records) <= limits.max_records
+                && bytes.saturating_add(add.bytes) <= limits.max_bytes
+        };
+        if fits(self.held, self.limits) {
+            return true;
+        }
+        self.drop_forgotten_create_records();
+        fits(self.held, self.limits)
+    }
+
+    /// The 503 of a full store (counted).
+    fn store_full(&mut self) -> SimResponse {
+        self.refused_full += 1;
+        let limits = self.limits;
+        self.error(
+            503,
+            "INTERNAL_ERROR",
+            &format!(
+                "server busy: the idempotency store is full (at most {} records, {} bytes); retry later",
+                limits.max_records, limits.max_bytes
+            ),
+        )
+    }
+
+    /// Drops the create records whose reservation was forgotten.
+    fn drop_forgotten_create_records(&mut self) {
+        let leases = &self.leases;
+        let held = &mut self.held;
+        self.create_keys.retain(|key, (id, stored)| {
+            let keep = leases.contains_key(id);
+            if !keep {
+                let h = create_record(key, id, stored);
+                held.records -= h.records;
+                held.bytes -= h.bytes;
+            }
+            keep
+        });
     }
 
     /// Reservations that lapsed (expired while ACTIVE, `now_ms >
@@ -365,7 +503,8 @@ impl SimServer {
                 // expiry that an extension moved on.
                 if t.checked_sub(retention_ms) == Some(lease.expires_at_ms) && retention_ms > 0 {
                     let lease = self.leases.remove(&id).expect("present");
-                    let _ = lease;
+                    self.held.records -= lease.held.records;
+                    self.held.bytes -= lease.held.bytes;
                 }
                 continue;
             }
@@ -386,8 +525,7 @@ impl SimServer {
         if retention_ms > 0 && out.is_empty() {
             let leases = &self.leases;
             if self.create_keys.len() > 2 * leases.len() + 1024 {
-                self.create_keys
-                    .retain(|_, (id, _)| leases.contains_key(id));
+                self.drop_forgotten_create_records();
             }
         }
         out
@@ -540,6 +678,22 @@ impl SimServer {
             expires_at_ms,
             remaining_ttl_ms: remaining,
         };
+        let reserved = compact(&estimate);
+        let record = create_record(&key, &id, &stored);
+        let lease_held = Held {
+            records: 0,
+            bytes: LEASE_OVERHEAD_BYTES + 2 * id.len() + reserved.len(),
+        };
+        let add = Held {
+            records: record.records,
+            bytes: record.bytes + lease_held.bytes,
+        };
+        if !self.room_for(add, Held::default()) {
+            self.next_id -= 1;
+            return self.store_full();
+        }
+        self.held.records += add.records;
+        self.held.bytes += add.bytes;
         self.create_keys.insert(key, (id.clone(), stored));
         self.expiries.push(Reverse((expires_at_ms, id.clone())));
         self.leases.insert(
@@ -553,10 +707,11 @@ impl SimServer {
                 grace_ms,
                 extend_keys: VecDeque::with_capacity(EXTEND_KEYS_KEPT),
                 lapse_reported: false,
-                reserved: compact(&estimate),
+                reserved,
                 overage_reject,
                 commit_keys: HashMap::new(),
                 release_keys: HashMap::new(),
+                held: lease_held,
             },
         );
         self.remaining_field(&mut response, remaining);
@@ -623,6 +778,11 @@ impl SimServer {
         let mut response = Map::new();
         response.insert("status".into(), "ACTIVE".into());
         response.insert("expires_at_ms".into(), Value::from(expires));
+        let free = lease
+            .extend_keys
+            .front()
+            .filter(|_| lease.extend_keys.len() >= EXTEND_KEYS_KEPT)
+            .map_or(Held::default(), |(k, s)| extend_record(k, s));
         let remaining = self.remaining_value(expires, true, now_ms);
         let stored = Stored {
             request: request_text,
@@ -630,7 +790,15 @@ impl SimServer {
             expires_at_ms: expires,
             remaining_ttl_ms: remaining,
         };
+        let add = extend_record(&key, &stored);
+        if !self.room_for(add, free) {
+            return self.store_full();
+        }
         let lease = self.leases.get_mut(id).expect("looked up above");
+        lease.held.records = lease.held.records + add.records - free.records;
+        lease.held.bytes = lease.held.bytes + add.bytes - free.bytes;
+        self.held.records = self.held.records + add.records - free.records;
+        self.held.bytes = self.held.bytes + add.bytes - free.bytes;
         if lease.expires_at_ms != expires {
             self.expiries.push(Reverse((expires, id.to_owned())));
         }
@@ -766,7 +934,18 @@ impl SimServer {
             }
         }
         let r = SimResponse::json(200, &Value::Object(response));
+        let add = Held {
+            records: 1,
+            bytes: RECORD_OVERHEAD_BYTES + key.len() + compact(&request).len() + r.body.len(),
+        };
+        if !self.room_for(add, Held::default()) {
+            return self.store_full();
+        }
+        self.held.records += add.records;
+        self.held.bytes += add.bytes;
         let lease = self.leases.get_mut(id).expect("looked up above");
+        lease.held.records += add.records;
+        lease.held.bytes += add.bytes;
         match which {
             Finalize::Commit => {
                 lease.state = LeaseState::Committed;
@@ -1048,6 +1227,60 @@ mod tests {
         assert_eq!(s.extend(61_001, &a, None, &extend_body("e2")).status, 404);
         assert_eq!(s.lease_count(), 1);
         assert_eq!(s.take_lapses(120_001, 1_000).len(), 1);
+    }
+
+    #[test]
+    fn the_store_accounting_returns_to_zero_and_the_limits_hold() {
+        let mut s = SimServer::new(Policy::default());
+        s.limits.max_records = 7;
+        let a = body(&s.create(0, None, &create_body("a")))["reservation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let after_create = s.store_held();
+        assert_eq!(after_create.0, 1);
+        for k in ["e1", "e2", "e3", "e4", "e5", "e6"] {
+            assert_eq!(s.extend(1_000, &a, None, &extend_body(k)).status, 200);
+        }
+        // 4 extension records kept: 5 records.
+        assert_eq!(s.store_held().0, 5);
+        let b = body(&s.create(0, None, &create_body("b")))["reservation_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(s.store_held().0, 6);
+        assert_eq!(s.extend(1_000, &b, None, &extend_body("f1")).status, 200);
+        // Full: a new create is refused and changes nothing.
+        let before = s.store_held();
+        let r = s.create(1_000, None, &create_body("c"));
+        assert_eq!(
+            (r.status, body(&r)["error"].as_str()),
+            (503, Some("INTERNAL_ERROR"))
+        );
+        assert_eq!(s.store_held(), before);
+        assert_eq!((s.lease_count(), s.refused_full()), (2, 1));
+        // A replay still works; a release would add a record: refused.
+        assert_eq!(s.create(1_000, None, &create_body("a")).status, 200);
+        let rel = br#"{"idempotency_key":"r1"}"#;
+        assert_eq!(s.release(1_000, &b, None, rel).status, 503);
+        // Once both are forgotten (retention after expiry), their records go.
+        let far = 10 * 86_400_000;
+        s.take_lapses(far, 1_000);
+        s.take_lapses(far + 2_000, 1_000);
+        assert_eq!(s.lease_count(), 0);
+        // The create records of forgotten leases go when room is needed.
+        assert_eq!(s.store_held().0, 2);
+        s.limits.max_records = 1;
+        let r = s.create(far, None, &create_body("c"));
+        assert_eq!(r.status, 200);
+        // (The same create but for the longer expiry in its response.)
+        let held = s.store_held();
+        assert_eq!(held.0, 1);
+        assert_eq!(held.1, after_create.1 + "864000000".len() - "60000".len());
+        // By bytes: nothing more fits.
+        s.limits.max_records = usize::MAX;
+        s.limits.max_bytes = held.1 + 100;
+        assert_eq!(s.create(far, None, &create_body("d")).status, 503);
     }
 
     #[test]
@@ -1351,5 +1584,20 @@ mod tests {
             assert_eq!(error_code(&r), (400, "INVALID_REQUEST".into()), "{b}");
         }
         assert_eq!(s.events_total(), 1);
+        // Events count toward the store's limits; a replay is still answered.
+        let mut s = SimServer::new(Policy::default());
+        s.limits = StoreLimits {
+            max_records: 1,
+            ..StoreLimits::default()
+        };
+        assert_eq!(s.event(0, None, &bytes).status, 201);
+        assert_eq!(s.store_held().0, 1);
+        let other = serde_json::to_vec(&event_body("ev2", 9)).unwrap();
+        assert_eq!(
+            error_code(&s.event(1, None, &other)),
+            (503, "INTERNAL_ERROR".into())
+        );
+        assert_eq!(s.event(2, None, &bytes).status, 201);
+        assert_eq!((s.events_total(), s.refused_full()), (1, 1));
     }
 }

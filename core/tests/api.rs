@@ -322,6 +322,44 @@ fn an_adopted_create_failure_retries_with_the_callers_key_and_bytes() {
 }
 
 #[test]
+fn key_sources_with_control_characters_are_refused() {
+    // A sequential prefix with CR or LF (the bindings' `key_prefix`): the
+    // first key is refused when the heartbeat is built.
+    for prefix in ["a\r\n", "a\n", "\r", "x\u{1}-"] {
+        let e = Heartbeat::with_key_source(
+            Config::new(60_000, Some(1_000)),
+            Box::new(SequentialKeys::new(prefix)),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidKey, "{prefix:?}");
+        assert!(e.message().contains("header value"), "{e}");
+    }
+    let e = Heartbeat::for_reservation_with_key_source(
+        Config::new(60_000, Some(1_000)),
+        "r-1",
+        Box::new(SequentialKeys::new("p\n")),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidKey);
+    // A custom source that turns bad later: refused at that key.
+    let mut n = 0;
+    let source = move || {
+        n += 1;
+        if n == 1 {
+            "good".to_owned()
+        } else {
+            "bad\r\n".to_owned()
+        }
+    };
+    let mut hb =
+        Heartbeat::with_key_source(Config::new(60_000, Some(1_000)), Box::new(source)).unwrap();
+    let id = hb.attempt().unwrap().id;
+    hb.handle_sent(id, 0).unwrap();
+    let e = hb.handle_response(id, create_ok(60_000), MS).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidKey);
+}
+
+#[test]
 fn bad_adoptions_are_refused() {
     let config = Config::new(60_000, Some(10_000));
     let ok = || CreateOutcome::Response(create_ok(61_500));
@@ -333,6 +371,19 @@ fn bad_adoptions_are_refused() {
             .kind(),
         ErrorKind::InvalidKey
     );
+    // A key that cannot be a header value (issue 25, defect 7): refused up
+    // front, not sent and failed locally as a `reset`.
+    for bad in ["k\r\nX-Evil: 1", "k\n", "\rk", "k\u{0}", "k\tk", "k\u{7f}"] {
+        let mut a = adopted(ok(), None);
+        a.key = bad.to_owned();
+        let e = Heartbeat::adopt_create(config.clone(), a).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidKey, "{bad:?}");
+        assert!(e.message().contains("header value"), "{e}");
+        assert!(!e.message().contains("Evil"), "{e}");
+    }
+    let mut a = adopted(ok(), None);
+    a.key = "k é ~!\"\\".to_owned();
+    assert!(Heartbeat::adopt_create(config.clone(), a).is_ok());
     let mut a = adopted(ok(), None);
     a.sent_ns = Some(2_000 * MS);
     assert_eq!(

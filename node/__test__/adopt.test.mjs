@@ -98,6 +98,10 @@ describe('Heartbeat.adoptCreate', () => {
     throwsCode(() => Heartbeat.adoptCreate(OPTS, { ...ok, key: undefined }), TypeError, INVALID, /create\.key is required/)
     throwsCode(() => Heartbeat.adoptCreate(OPTS, { ...ok, key: 5 }), TypeError, INVALID, /create\.key must be a string/)
     throwsCode(() => Heartbeat.adoptCreate(OPTS, { ...ok, key: '' }), Error, 'ERR_LEASEBEAT_INVALID_KEY')
+    // A key that cannot be a header value: refused up front (issue 25).
+    for (const bad of ['k\r\nX-Evil: 1', 'k\n', '\rk', 'k\u0000']) {
+      throwsCode(() => Heartbeat.adoptCreate(OPTS, { ...ok, key: bad }), Error, 'ERR_LEASEBEAT_INVALID_KEY', /header value/)
+    }
     throwsCode(() => Heartbeat.adoptCreate(OPTS, { ...ok, receivedAt: undefined }), TypeError, INVALID, /create\.receivedAt is required/)
     throwsCode(() => Heartbeat.adoptCreate(OPTS, { ...ok, sentAt: 11 }), RangeError, INVALID, /create\.sentAt .* must not be after create\.receivedAt/)
     throwsCode(() => Heartbeat.adoptCreate(OPTS, { ...ok, sentAt: NaN }), RangeError, INVALID, /create\.sentAt/)

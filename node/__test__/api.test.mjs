@@ -414,6 +414,11 @@ describe('errors', () => {
 
   test('a key source producing unusable keys is refused with ERR_LEASEBEAT_INVALID_KEY', () => {
     throwsCode(() => new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 1000, keyPrefix: 'x'.repeat(300) }), Error, 'ERR_LEASEBEAT_INVALID_KEY', /256/)
+    // A prefix with CR or LF could not be a header value (issue 25).
+    for (const bad of ['p\r\nX-Evil: 1\r\n', 'p\n', '\r']) {
+      throwsCode(() => new Heartbeat({ ttlMs: 60000, requestTimeoutMs: 1000, keyPrefix: bad }), Error, 'ERR_LEASEBEAT_INVALID_KEY', /header value/)
+      throwsCode(() => Heartbeat.forReservation('rsv-9', { ttlMs: 60000, requestTimeoutMs: 1000, keyPrefix: bad }), Error, 'ERR_LEASEBEAT_INVALID_KEY', /header value/)
+    }
   })
 
   test('bad options', () => {

@@ -83,6 +83,32 @@ describe('runHeartbeat against leasebeat serve', () => {
     }
   })
 
+  test('after expired the release is sent all the same and the server\'s answer reported (issue 25)', async () => {
+    const server = await startServer(['--max-lead-ms', '4000', '--fault', 'extend:2=410:RESERVATION_EXPIRED'])
+    try {
+      const hb = lease()
+      const { stop, finals } = await runFor(server, hb, { extendsBeforeStop: 10 })
+      assert.equal(stop.reason, 'expired')
+      assert.deepEqual(server.requests('release').map((e) => e.reservation_id), [hb.reservationId])
+      assert.deepEqual(finals.map((f) => [f.kind, f.status]), [['release', 200]])
+    } finally {
+      await server.close()
+    }
+  })
+
+  test('after not_found nothing is released', async () => {
+    const server = await startServer(['--max-lead-ms', '4000', '--fault', 'extend:2=404:NOT_FOUND'])
+    try {
+      const hb = lease()
+      const { stop, finals } = await runFor(server, hb, { extendsBeforeStop: 10 })
+      assert.equal(stop.reason, 'not_found')
+      assert.equal(server.requests('release').length, 0)
+      assert.deepEqual(finals, [])
+    } finally {
+      await server.close()
+    }
+  })
+
   test('a lost response: the same key is replayed and answered', async () => {
     const server = await startServer(['--max-lead-ms', '4000', '--fault', 'extend:1=drop'])
     try {

@@ -237,20 +237,27 @@ impl PyHeartbeat {
     ///   ``httpx.Headers``-like object, pairs; bytes, str, memoryview...), or
     /// * ``failure`` (a TransportFailure or "timeout", "connect", "reset").
     ///
+    /// ``timing_unknown=True`` (with ``status``) marks a response whose round
+    /// trip could not be measured although ``sent_ns`` is known (e.g. the
+    /// SDK's client retried inside the call), as ``handle_response`` takes
+    /// it: the create then proves no lead (HB-12). ``sent_ns=None`` implies
+    /// it.
+    ///
     /// ``request_body`` is the exact create body you sent (bytes or str; a
     /// JSON object whose ``idempotency_key``, if any, is ``key``): a same-key
     /// create retry resends it byte for byte. Without it a retry sends the
     /// body this heartbeat would have built from ``create_request``.
     ///
     /// Raises TypeError (a wrong type, or not exactly one of ``status`` and
-    /// ``failure``), InvalidConfig, InvalidKey (``key`` empty or too long),
+    /// ``failure``), InvalidConfig, InvalidKey (``key`` empty, too long, or
+    /// with a CR, LF or other control character: not a header value),
     /// InvalidArgument (a status outside 100..=999, ``sent_ns`` after
     /// ``received_ns``, a ``request_body`` that is not a JSON object with
     /// this key).
     #[classmethod]
-    #[pyo3(signature = (ttl_ms = TtlMs(DEFAULT_TTL_MS), request_timeout_ms = None, *, key, received_ns, sent_ns = None, status = None, headers = None, body = None, failure = None, request_body = None, create_request = None, key_prefix = None))]
+    #[pyo3(signature = (ttl_ms = TtlMs(DEFAULT_TTL_MS), request_timeout_ms = None, *, key, received_ns, sent_ns = None, status = None, headers = None, body = None, failure = None, request_body = None, create_request = None, key_prefix = None, timing_unknown = false))]
     #[pyo3(
-        text_signature = "(ttl_ms=60000, request_timeout_ms=None, *, key, received_ns, sent_ns=None, status=None, headers=None, body=None, failure=None, request_body=None, create_request=None, key_prefix=None)"
+        text_signature = "(ttl_ms=60000, request_timeout_ms=None, *, key, received_ns, sent_ns=None, status=None, headers=None, body=None, failure=None, request_body=None, create_request=None, key_prefix=None, timing_unknown=False)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn adopt_create<'py>(
@@ -268,6 +275,7 @@ impl PyHeartbeat {
         request_body: Option<&Bound<'py, PyAny>>,
         create_request: Option<&Bound<'py, PyAny>>,
         key_prefix: Option<&Bound<'py, PyAny>>,
+        timing_unknown: bool,
     ) -> PyResult<(PyHeartbeat, PyDecision)> {
         let config = config_from(ttl_ms, request_timeout_ms, create_request)?;
         let key = key
@@ -289,12 +297,18 @@ impl PyHeartbeat {
                 if let Some(b) = body.filter(|b| !b.is_none()) {
                     response.body = to_bytes(b, "body")?;
                 }
+                if timing_unknown {
+                    response = response.timing_unknown();
+                }
                 CreateOutcome::Response(response)
             }
             (None, Some(f)) => {
-                if headers.is_some_and(|h| !h.is_none()) || body.is_some_and(|b| !b.is_none()) {
+                if headers.is_some_and(|h| !h.is_none())
+                    || body.is_some_and(|b| !b.is_none())
+                    || timing_unknown
+                {
                     return Err(type_error(
-                        "headers and body belong to a response: give them with status, not with failure",
+                        "headers, body and timing_unknown belong to a response: give them with status, not with failure",
                     ));
                 }
                 CreateOutcome::Failure(failure_from(f)?)

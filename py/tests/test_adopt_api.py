@@ -37,6 +37,19 @@ def adopt(**kw: object) -> tuple[Heartbeat, leasebeat.Decision]:
     return Heartbeat.adopt_create(60000, 10000, **args)  # type: ignore[arg-type]
 
 
+def test_adopt_timing_unknown_with_a_known_send_instant() -> None:
+    """``timing_unknown=True`` (issue 25): the round trip is unknown although
+    ``sent_ns`` is given, as with ``sent_ns=None`` (HB-12)."""
+    _, unknown = adopt(sent_ns=None, status=200, headers={}, body=CREATED)
+    _, marked = adopt(status=200, headers={}, body=CREATED, timing_unknown=True)
+    _, timed = adopt(status=200, headers={}, body=CREATED)
+    assert marked.to_json_str() == unknown.to_json_str()
+    assert (marked.at_ns, marked.proven_until_ns, marked.numbers.max_rtt) == (1500 * MS, 1500 * MS, 0)
+    assert timed.at_ns == 38500 * MS
+    with pytest.raises(TypeError, match="with status"):
+        adopt(failure="timeout", timing_unknown=True)
+
+
 def test_adopt_success_is_anchored_like_the_worked_example() -> None:
     hb, d = adopt(status=200, headers={}, body=CREATED)
     assert (d.next, d.at_ns, d.key_use, d.key_index, d.mode) == (Next.EXTEND, 38500 * MS, KeyUse.NEW, 2, Mode.PRIMARY)
@@ -81,6 +94,10 @@ def test_adopt_bad_input_is_a_clear_python_error() -> None:
         adopt(sent_ns=0.5, status=200)
     with pytest.raises(InvalidKey):
         adopt(key="", status=200)
+    # A key that cannot be a header value: refused up front (issue 25).
+    for bad in ("k\r\nX-Evil: 1", "k\n", "\rk", "k\x00"):
+        with pytest.raises(InvalidKey, match="header value"):
+            adopt(key=bad, status=200)
     with pytest.raises(InvalidArgument) as e:
         adopt(sent_ns=2000 * MS, status=200)
     assert isinstance(e.value, ValueError)

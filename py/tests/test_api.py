@@ -285,6 +285,8 @@ def test_for_reservation_bad_config_and_options() -> None:
         Heartbeat.for_reservation("rsv-9", create_request={})  # type: ignore[call-arg]
     with pytest.raises(leasebeat.InvalidKey):
         Heartbeat.for_reservation("rsv-9", key_prefix="x" * 256)
+    with pytest.raises(leasebeat.InvalidKey, match="header value"):
+        Heartbeat.for_reservation("rsv-9", key_prefix="p\r\n")
 
 
 # ------------------------------------------------------------------- errors
@@ -342,6 +344,10 @@ def test_invalid_config(kwargs: dict[str, Any]) -> None:
 def test_invalid_key() -> None:
     with pytest.raises(leasebeat.InvalidKey):
         Heartbeat(key_prefix="x" * 256)  # "x"*256 + "1" is 257 characters
+    # A prefix with CR or LF could not be a header value (issue 25).
+    for bad in ("p\r\nX-Evil: 1\r\n", "p\n", "\r"):
+        with pytest.raises(leasebeat.InvalidKey, match="header value"):
+            Heartbeat(key_prefix=bad)
     assert Heartbeat(key_prefix="").poll_action().key == "1"
 
 

@@ -498,3 +498,61 @@ def test_adopted_reservation_first_beat_is_not_late_asyncio(serve: Any) -> None:
     assert c.successes() >= 2, c.decisions
     assert c.jeopardy == [], c.jeopardy
     assert server.lapses() == []
+
+
+# ------------------------------------------- finalization after a stop (#25)
+
+
+@pytest.mark.parametrize("mode", ["thread", "asyncio"])
+def test_a_release_is_sent_after_expired_and_the_answer_reported(serve: Any, mode: str) -> None:
+    """After `expired` the release goes out all the same: a server may accept
+    it for a grace period after expiry; its answer is reported."""
+    server = serve("--max-lead-ms", str(TTL), "--fault", "extend:2=410:RESERVATION_EXPIRED")
+    c = Collector()
+    if mode == "thread":
+        r = leasebeat.run(hb(), UrllibTransport(server.url, server.api_key), listener=c, release_on_stop=True)
+        d = r.join(LIMIT_S)
+    else:
+        d = asyncio.run(
+            leasebeat.aio.run(hb(), AsyncUrllibTransport(server.url, server.api_key), listener=c, release_on_stop=True)
+        )
+    assert d is not None and d.reason is StopReason.EXPIRED
+    rid = c.decisions[0].reservation_id
+    assert [e["reservation_id"] for e in server.requests("release")] == [rid]
+    assert [f[0] for f in c.finalized] == ["release"]
+    assert c.finalized[0][1] is not None and c.finalized[0][1].status == 200  # the server's answer
+
+
+def test_stop_release_after_the_runner_stopped_by_itself_sends_it(serve: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL), "--max-extensions", "2")
+    c = Collector()
+    r = leasebeat.run(hb(), UrllibTransport(server.url, server.api_key), listener=c)
+    c.wait_for(lambda c: bool(c.stops))
+    assert r.join(LIMIT_S) is not None and r.done
+    assert c.stops[0].reason is StopReason.MAX_EXTENSIONS
+    assert server.requests("release") == [] and c.finalized == []
+    r.stop(release=True)
+    d = r.join(LIMIT_S)
+    assert d is c.stops[0]  # the stop is unchanged
+    rid = c.decisions[0].reservation_id
+    assert [e["reservation_id"] for e in server.requests("release")] == [rid]
+    assert [f[0] for f in c.finalized] == ["release"] and c.finalized[0][1].status == 200
+    # At most once: a second request sends nothing more.
+    r.stop(release=True)
+    r.stop(commit={"unit": "TOKENS", "amount": 1})
+    r.join(LIMIT_S)
+    assert len(server.requests("release")) == 1 and server.requests("commit") == []
+    assert len(c.finalized) == 1
+
+
+def test_stop_release_after_not_found_sends_nothing(serve: Any, caplog: Any) -> None:
+    server = serve("--max-lead-ms", str(TTL), "--fault", "extend:2=404:NOT_FOUND")
+    c = Collector()
+    r = leasebeat.run(hb(), UrllibTransport(server.url, server.api_key), listener=c, release_on_stop=True)
+    d = r.join(LIMIT_S)
+    assert d is not None and d.reason is StopReason.NOT_FOUND
+    with caplog.at_level("WARNING", logger="leasebeat.runner"):
+        r.stop(release=True)
+        r.join(LIMIT_S)
+    assert server.requests("release") == [] and c.finalized == []
+    assert any("not_found" in m for m in caplog.messages), caplog.messages

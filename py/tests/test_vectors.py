@@ -231,6 +231,7 @@ def replay(path: Path) -> list[dict[str, Any]]:
                 "status": r["status"],
                 "headers": r.get("headers", {}),
                 "body": recv_body(r),
+                "timing_unknown": r.get("timing") == "unknown",
             }
         else:
             outcome = {"failure": a["fail"]}

@@ -80,6 +80,13 @@ static void test_adopt_refusals(void) {
     EXPECT(lb_heartbeat_adopt_create(cfg, &c, &hb), LB_STATUS_INVALID_KEY);
     c.key = "\xff\xfe";
     EXPECT(lb_heartbeat_adopt_create(cfg, &c, &hb), LB_STATUS_INVALID_UTF8);
+    /* A key that cannot be a header value: refused up front (issue 25). */
+    c.key = "k\r\nX-Evil: 1";
+    EXPECT(lb_heartbeat_adopt_create(cfg, &c, &hb), LB_STATUS_INVALID_KEY);
+    c.key = "k\n";
+    EXPECT(lb_heartbeat_adopt_create(cfg, &c, &hb), LB_STATUS_INVALID_KEY);
+    c.key = "\rk";
+    EXPECT(lb_heartbeat_adopt_create(cfg, &c, &hb), LB_STATUS_INVALID_KEY);
     c = ok_create();
     c.outcome = 7;
     EXPECT(lb_heartbeat_adopt_create(cfg, &c, &hb), LB_STATUS_INVALID_ARGUMENT);

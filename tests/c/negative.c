@@ -261,6 +261,14 @@ static void test_bad_input(void) {
     EXPECT(lb_heartbeat_new(cfg, &hb), LB_STATUS_INVALID_CONFIG);
     EXPECT(lb_config_set_ttl_ms(cfg, 30000), LB_STATUS_OK);
     EXPECT(lb_config_set_request_timeout_ms(cfg, LB_INFINITE_MS), LB_STATUS_OK);
+    /* a prefix with CR or LF could not be a header value (issue 25) */
+    EXPECT(lb_config_set_key_prefix(cfg, "t\r\nX-Evil: 1\r\n"), LB_STATUS_OK);
+    EXPECT(lb_heartbeat_new(cfg, &hb), LB_STATUS_INVALID_KEY);
+    CHECK(hb == sentinel);
+    CHECK(strstr(last_error_text(), "header value") != NULL);
+    EXPECT(lb_config_set_key_prefix(cfg, "t\n"), LB_STATUS_OK);
+    EXPECT(lb_heartbeat_new(cfg, &hb), LB_STATUS_INVALID_KEY);
+    CHECK(hb == sentinel);
     EXPECT(lb_config_set_key_prefix(cfg, "t-"), LB_STATUS_OK);
     EXPECT(lb_heartbeat_new(cfg, &hb), LB_STATUS_OK);
     lb_config_free(cfg);

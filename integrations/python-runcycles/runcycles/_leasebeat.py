@@ -209,7 +209,10 @@ class _Reporter:
         if d.expires_at_ms is not None and self.ctx is not None and response is not None:
             self.ctx.update_expires_at_ms(d.expires_at_ms)
         outcome = d.outcome.value if d.outcome is not None else None
-        if outcome == "success":
+        if outcome == "success" and response is None and exc is None:
+            # The adopted create's decision: no extension was sent yet.
+            logger.debug("Heartbeat create adopted: id=%s", rid)
+        elif outcome == "success":
             logger.debug("Heartbeat extend ok: id=%s", rid)
         elif response is not None and response.is_success and outcome == "ambiguous":
             logger.warning("Heartbeat ambiguous response (status=%d): id=%s", response.status, rid)

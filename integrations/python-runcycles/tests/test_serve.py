@@ -104,12 +104,26 @@ def check(server: Serve, fault: str) -> None:
     assert extends[0]["t_ms"] - creates[0]["t_ms"] >= 1000, detail
 
 
-def check_logged(caplog: pytest.LogCaptureFixture) -> None:
-    """Every decision is logged with the reservation id and its disposition."""
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Heartbeat decision: ")]
+def check_logged(caplog: pytest.LogCaptureFixture, server: Serve) -> None:
+    """Every decision is logged with the reservation id and its disposition;
+    "Heartbeat extend ok" only for extensions the server answered 200 (the
+    adopted create is logged as adopted, not as an extension: issue 25)."""
+    messages = [r.getMessage() for r in caplog.records]
+    lines = [x for x in messages if x.startswith("Heartbeat decision: ")]
     assert lines, "no decision logged"
     assert all("id=rsv-" in x and "disposition=" in x for x in lines), lines
     assert any("disposition=retry" in x for x in lines), lines  # the faulted beat was retried
+    answered = [
+        e
+        for e in server.log()
+        if e.get("event") == "request" and e.get("endpoint") == "extend"
+        and e.get("status") == 200 and e.get("outcome") == "responded"
+    ]
+    ok = [x for x in messages if x.startswith("Heartbeat extend ok: ")]
+    adopted = [x for x in messages if x.startswith("Heartbeat create adopted: ")]
+    assert len(adopted) == 1, messages
+    assert 1 <= len(ok) <= len(answered), (ok, len(answered))
+    assert messages.index(adopted[0]) < messages.index(ok[0]), messages
 
 
 FAULTS = {"drop": "extend:1=drop", "5xx": "extend:1-2=503"}
@@ -130,7 +144,7 @@ def test_sync_decorated_function_outlives_its_lease(
 
     assert long_work() == "done"
     check(server, fault)
-    check_logged(caplog)
+    check_logged(caplog, server)
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
@@ -152,7 +166,7 @@ def test_async_decorated_function_outlives_its_lease(
 
     assert asyncio.run(main()) == "done"
     check(server, fault)
-    check_logged(caplog)
+    check_logged(caplog, server)
 
 
 def test_fallback_server_is_reported_in_jeopardy_once(serve: Any, caplog: pytest.LogCaptureFixture) -> None:

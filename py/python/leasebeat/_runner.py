@@ -148,6 +148,15 @@ def request_for(hb: Heartbeat, attempt: Attempt) -> Request:
     return Request(endpoint, path, attempt.key, attempt.body, rid, attempt)
 
 
+#: Stops after which nothing is left to release or commit: the server ended
+#: the reservation (``finalized``: already committed or released;
+#: ``not_found``: it has none; ``tenant_closed``). After ``expired`` the
+#: release or commit is sent all the same: a server may accept it for a grace
+#: period after expiry (the Cycles server does, for 5 s); its answer is
+#: reported.
+NOTHING_TO_FINALIZE = frozenset(("finalized", "not_found", "tenant_closed"))
+
+
 def finalize_request(reservation_id: str, commit: Mapping[str, Any] | None) -> Request:
     from urllib.parse import quote
 
@@ -317,6 +326,12 @@ class Runner:
         self._result: Decision | None = None
         self._done = threading.Event()
         self._first = first
+        # Set once the runner thread has taken the release/commit decision
+        # (under the lock); `_finalize_sent` once a release or commit went out
+        # (or is going out).
+        self._finalize_taken = False
+        self._finalize_sent = False
+        self._late_finalize: threading.Thread | None = None
         self._thread = threading.Thread(target=self._main, name="leasebeat-runner", daemon=True)
 
     # -- public -----------------------------------------------------------
@@ -336,7 +351,17 @@ class Runner:
         number of times; returns at once (``join()`` waits). ``release=True``
         releases the reservation on the way out; ``commit={"unit": ...,
         "amount": ...}`` commits it with that actual instead. An attempt in
-        flight is abandoned and its late outcome ignored."""
+        flight is abandoned and its late outcome ignored.
+
+        After the runner stopped by itself (``expired``, ``max_extensions``,
+        ...) without sending a release or commit, ``stop(release=True)`` or
+        ``stop(commit=...)`` sends it now, on a helper thread (``join()``
+        waits for it; its result goes to ``Listener.on_finalize``). Where
+        there is nothing to release (no reservation, or the server ended it:
+        see ``NOTHING_TO_FINALIZE``) nothing is sent and a warning is logged.
+        A release or commit is sent at most once per runner: the first
+        request wins."""
+        late = False
         with self._wake:
             if not self._stop_requested:
                 if commit is not None:
@@ -345,12 +370,29 @@ class Runner:
                     self._release_on_stop = release or commit is not None
                 elif commit is not None:
                     self._release_on_stop = True
+                # The runner already took its release/commit decision (it
+                # stopped by itself) and sent nothing: finalize here.
+                late = self._finalize_taken and not self._finalize_sent and self._release_on_stop
+                if late:
+                    self._finalize_sent = self._can_finalize()
+                    late = self._finalize_sent
+                    if late:
+                        # Started under the lock: join() never sees it unstarted.
+                        self._late_finalize = threading.Thread(
+                            target=self._send_finalize, name="leasebeat-finalize", daemon=True
+                        )
+                        self._late_finalize.start()
             self._stop_requested = True
             self._wake.notify_all()
 
     def join(self, timeout: float | None = None) -> Decision | None:
-        """Waits for the runner to end (at most ``timeout`` seconds); returns ``result``."""
+        """Waits for the runner to end (at most ``timeout`` seconds), and for a
+        release or commit asked for after it ended; returns ``result``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._done.wait(timeout)
+        late = self._late_finalize
+        if late is not None:
+            late.join(None if deadline is None else max(deadline - time.monotonic(), 0.0))
         return self._result
 
     # -- loop -------------------------------------------------------------
@@ -461,14 +503,37 @@ class Runner:
             return hb.handle_failure(attempt.id, now, outcome.kind)
         return hb.handle_response(attempt.id, now, outcome.status, outcome.headers, outcome.body)
 
-    def _finalize(self) -> None:
+    def _can_finalize(self) -> bool:
+        """Whether there is a reservation left to release or commit (else
+        logs why not, when a release or commit was asked for)."""
         rid = self.heartbeat.reservation_id
-        if not self._release_on_stop or rid is None:
-            return
         reason = self.heartbeat.stop_reason
-        if reason is not None and reason.value in ("expired", "finalized", "not_found", "tenant_closed"):
-            return  # nothing left to release
-        request = finalize_request(rid, self._commit)
+        if rid is None:
+            log.warning("leasebeat: no release or commit sent: the lease has no reservation (stop %s)",
+                        reason.value if reason is not None else None)
+            return False
+        if reason is not None and reason.value in NOTHING_TO_FINALIZE:
+            log.warning("leasebeat: no release or commit sent for %s: the server ended it (%s)", rid, reason.value)
+            return False
+        return True
+
+    def _finalize(self) -> None:
+        with self._wake:
+            self._finalize_taken = True
+            if not self._release_on_stop or self._finalize_sent:
+                return
+            self._finalize_sent = self._can_finalize()
+            if not self._finalize_sent:
+                return
+        self._send_finalize()
+
+    def _send_finalize(self) -> None:
+        """Sends the release (or commit) and reports the server's answer."""
+        rid = self.heartbeat.reservation_id
+        assert rid is not None
+        with self._wake:
+            commit = self._commit
+        request = finalize_request(rid, commit)
         budget = self.heartbeat.request_timeout_ms or 10_000
         try:
             r = self._transport(request, time.monotonic_ns() + budget * MS)

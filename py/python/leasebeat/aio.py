@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from ._leasebeat import Decision, Heartbeat, TransportFailure
 from ._runner import (
     MS,
+    NOTHING_TO_FINALIZE,
     HttpResponse,
     Listener,
     Request,
@@ -159,8 +160,8 @@ async def _end(
     if not (release_on_stop or commit is not None) or rid is None:
         return
     reason = hb.stop_reason
-    if reason is not None and reason.value in ("expired", "finalized", "not_found", "tenant_closed"):
-        return
+    if reason is not None and reason.value in NOTHING_TO_FINALIZE:
+        return  # nothing left to release (after `expired` the server decides)
     request = finalize_request(rid, commit)
     budget = hb.request_timeout_ms or 10_000
     try:

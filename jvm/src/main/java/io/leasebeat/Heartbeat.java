@@ -339,7 +339,8 @@ public final class Heartbeat implements AutoCloseable {
      * @throws NullPointerException if {@code create} is null
      * @throws IllegalStateException if {@link #reservationId(String)} was set
      * @throws LeaseException {@link LeaseException.Code#INVALID_CONFIG} for the configuration,
-     *     {@link LeaseException.Code#INVALID_KEY} for a key of 0 or more than 256 characters, {@link
+     *     {@link LeaseException.Code#INVALID_KEY} for a key of 0 or more than 256 characters or
+     *     with a CR, LF or other control character (not a header value), {@link
      *     LeaseException.Code#INVALID_ARGUMENT} for a request body that is not a JSON object with
      *     this key, or a send time after the receive time; {@link
      *     LeaseException.Code#TIME_WENT_BACKWARDS} for a time before an explicit origin

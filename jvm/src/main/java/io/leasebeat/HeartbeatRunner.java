@@ -228,8 +228,9 @@ public final class HeartbeatRunner implements AutoCloseable {
 
     /**
      * Release the reservation through the transport once the heartbeat stopped (any stop, unless
-     * the server already said it is gone: expired, finalized, not found), so that it never lapses
-     * while still active. Default false. {@link HeartbeatRunner#stopAndCommit(String)} commits
+     * the server already said it is gone: finalized, not found), so that it never lapses while
+     * still active. After {@code expired} the release is sent all the same: a server may accept it
+     * for a grace period after expiry; its answer goes to {@link Listener#onFinalized}. Default false. {@link HeartbeatRunner#stopAndCommit(String)} commits
      * instead.
      *
      * @param release whether to release
@@ -280,6 +281,8 @@ public final class HeartbeatRunner implements AutoCloseable {
   private boolean stopRequested;
   private boolean stopped;
   private String commitActual;
+  /** A release or commit was sent (or is on its way): at most one per runner. */
+  private boolean finalizeSent;
   private long slackNs = INITIAL_SLACK_NS;
   private long inFlightId;
   private Future<Response> inFlight;
@@ -357,6 +360,12 @@ public final class HeartbeatRunner implements AutoCloseable {
    * Stops the heartbeat like {@link #stop()}, then commits the reservation with this actual amount
    * (instead of any release). Only the first stop call decides what happens.
    *
+   * <p>After the runner stopped by itself (e.g. {@code expired}, {@code max_extensions}) without
+   * sending a release or commit, this sends the commit now, and the returned future completes once
+   * its outcome was reported to {@link Listener#onFinalized}. Where it cannot (a release was
+   * already sent, no reservation, or the server ended it: finalized, not found), nothing is sent,
+   * a warning is logged and the runner's completed future is returned.
+   *
    * @param actualJson the commit's {@code actual} member: an Amount JSON object, e.g. {@code
    *     {"unit":"TOKENS","amount":812}}
    * @return the future of {@link #start()}
@@ -375,7 +384,27 @@ public final class HeartbeatRunner implements AutoCloseable {
       stopRequested = true;
       commitActual = actual;
       if (stopped) {
-        return done;
+        // It stopped by itself: commit now if asked to and nothing was sent.
+        if (actual == null) {
+          return done;
+        }
+        Decision d = done.getNow(last);
+        Optional<String> id = d == null ? Optional.empty() : d.reservationId();
+        String why = null;
+        if (finalizeSent) {
+          why = "a release or commit was already sent";
+        } else if (id.isEmpty()) {
+          why = "the lease has no reservation";
+        } else if (gone(d)) {
+          why = "the server ended it (" + reasonOf(d).wire() + ")";
+        }
+        if (why != null) {
+          LOG.log(System.Logger.Level.WARNING, "leasebeat: no commit sent after the stop: " + why);
+          return done;
+        }
+        CompletableFuture<Decision> late = new CompletableFuture<>();
+        sendFinalize(d, id.get(), late);
+        return late;
       }
       abandonInFlight();
       Decision d;
@@ -689,21 +718,39 @@ public final class HeartbeatRunner implements AutoCloseable {
     }
     Optional<String> stopId = id;
     safely(() -> listener.onStop(stopId, d), "onStop");
-    StopReason reason = d == null ? StopReason.CANCELLED : d.stopReason().orElse(StopReason.CANCELLED);
-    boolean gone =
-        reason == StopReason.EXPIRED || reason == StopReason.FINALIZED || reason == StopReason.NOT_FOUND;
     boolean commit = commitActual != null;
-    if (id.isEmpty() || gone || !(commit || releaseOnStop)) {
+    if (id.isEmpty() || gone(d) || !(commit || releaseOnStop)) {
       done.complete(d);
       return;
     }
+    sendFinalize(d, id.get(), done);
+  }
+
+  private static StopReason reasonOf(Decision d) {
+    return d == null ? StopReason.CANCELLED : d.stopReason().orElse(StopReason.CANCELLED);
+  }
+
+  /**
+   * Whether the server ended the reservation, so that nothing is left to release or commit. Not
+   * after {@code expired}: a server may still accept a release or commit for a grace period after
+   * expiry (the Cycles server does, for 5 s); it is sent and its answer reported.
+   */
+  private static boolean gone(Decision d) {
+    StopReason reason = reasonOf(d);
+    return reason == StopReason.FINALIZED || reason == StopReason.NOT_FOUND;
+  }
+
+  /** Sends the release or commit for stop {@code d}; completes {@code whenDone} after reporting. */
+  private void sendFinalize(Decision d, String rid, CompletableFuture<Decision> whenDone) {
+    finalizeSent = true;
+    boolean commit = commitActual != null;
+    Optional<String> id = Optional.of(rid);
     String key = UUID.randomUUID().toString();
     String body =
         commit
             ? "{\"idempotency_key\":\"" + key + "\",\"actual\":" + commitActual + "}"
             : "{\"idempotency_key\":\"" + key + "\"}";
     Transport.Endpoint ep = commit ? Transport.Endpoint.COMMIT : Transport.Endpoint.RELEASE;
-    String rid = id.get();
     Transport.Call call =
         new Transport.Call(
             ep,
@@ -734,7 +781,7 @@ public final class HeartbeatRunner implements AutoCloseable {
                                 : Optional.of(TransportException.classify(ex))),
                     "onFinalized");
               } finally {
-                done.complete(stop);
+                whenDone.complete(stop);
               }
             });
   }

@@ -216,6 +216,12 @@ class AdoptTest {
     assertEquals(LeaseException.Code.INVALID_KEY, e.code());
     e = assertThrows(LeaseException.class, () -> config().adopt(AdoptedCreate.builder().key("x".repeat(257)).receivedNanos(0).failure(TransportFailure.RESET).build()));
     assertEquals(LeaseException.Code.INVALID_KEY, e.code());
+    // A key that cannot be a header value: refused up front (issue 25).
+    for (String bad : new String[] {"k\r\nX-Evil: 1", "k\n", "\rk", "k\u0000"}) {
+      e = assertThrows(LeaseException.class, () -> config().adopt(AdoptedCreate.builder().key(bad).receivedNanos(0).failure(TransportFailure.RESET).build()));
+      assertEquals(LeaseException.Code.INVALID_KEY, e.code(), bad);
+      assertTrue(e.getMessage().contains("header value"), e.getMessage());
+    }
     // A request body with another key.
     e = assertThrows(LeaseException.class, () -> config().adopt(create(0, MS).requestBody("{\"idempotency_key\":\"other\"}").failure(TransportFailure.TIMEOUT).build()));
     assertEquals(LeaseException.Code.INVALID_ARGUMENT, e.code());

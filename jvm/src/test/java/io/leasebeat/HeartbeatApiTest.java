@@ -280,6 +280,9 @@ class HeartbeatApiTest {
     assertThrows(IllegalStateException.class, () -> existing().createRequestJson("{}").build());
     assertEquals(LeaseException.Code.INVALID_CONFIG, buildFails(existing().ttlMillis(999)));
     assertEquals(LeaseException.Code.INVALID_KEY, buildFails(existing().keyPrefix("x".repeat(256))));
+    // A prefix with CR or LF could not be a header value (issue 25).
+    assertEquals(LeaseException.Code.INVALID_KEY, buildFails(existing().keyPrefix("p\r\n")));
+    assertEquals(LeaseException.Code.INVALID_KEY, buildFails(Heartbeat.builder().keyPrefix("p\n")));
   }
 
   @Test

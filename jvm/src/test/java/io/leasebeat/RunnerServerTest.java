@@ -212,6 +212,67 @@ class RunnerServerTest {
     }
   }
 
+  /** Runs one lease until it stops by itself; returns the recorder (issue 25). */
+  static Recorder runToItsOwnStop(ServeProcess serve, boolean release, HeartbeatRunner[] keep) throws Exception {
+    Recorder rec = new Recorder();
+    Heartbeat hb = heartbeat(4_000, 1_000);
+    HeartbeatRunner runner =
+        HeartbeatRunner.builder(hb, new HttpClientTransport(serve.base, "test-key"))
+            .listener(rec)
+            .releaseOnStop(release)
+            .build();
+    keep[0] = runner;
+    runner.start().get(60, TimeUnit.SECONDS);
+    return rec;
+  }
+
+  /** After {@code expired} the release is sent all the same; the server's answer is reported. */
+  @Test
+  void releaseIsSentAfterExpired() throws Exception {
+    try (ServeProcess serve = ServeProcess.start("--max-lead-ms", "4000", "--fault", "extend:2=410:RESERVATION_EXPIRED")) {
+      HeartbeatRunner[] runner = new HeartbeatRunner[1];
+      Recorder rec = runToItsOwnStop(serve, true, runner);
+      runner[0].close();
+      assertEquals(StopReason.EXPIRED, rec.stop.get().stopReason().orElseThrow());
+      assertEquals(List.of("RELEASE 200"), rec.finalized);
+      assertEquals(1, serve.requests("release").size());
+    }
+  }
+
+  /** stopAndCommit after the runner stopped by itself without a release commits then. */
+  @Test
+  void stopAndCommitAfterAStopByItselfCommits() throws Exception {
+    try (ServeProcess serve = ServeProcess.start("--max-lead-ms", "4000", "--max-extensions", "2")) {
+      HeartbeatRunner[] runner = new HeartbeatRunner[1];
+      Recorder rec = runToItsOwnStop(serve, false, runner);
+      assertEquals(StopReason.MAX_EXTENSIONS, rec.stop.get().stopReason().orElseThrow());
+      assertEquals(List.of(), rec.finalized);
+      Decision d = runner[0].stopAndCommit("{\"unit\":\"TOKENS\",\"amount\":5}").get(30, TimeUnit.SECONDS);
+      assertSame(rec.stop.get(), d);
+      assertEquals(List.of("COMMIT 200"), rec.finalized);
+      assertEquals(1, serve.requests("commit").size());
+      // At most once: a second request sends nothing.
+      runner[0].stopAndCommit("{\"unit\":\"TOKENS\",\"amount\":6}").get(30, TimeUnit.SECONDS);
+      runner[0].close();
+      assertEquals(1, serve.requests("commit").size());
+      assertEquals(List.of(), rec.violations);
+    }
+  }
+
+  /** After {@code not_found} there is nothing to release: nothing is sent. */
+  @Test
+  void nothingIsSentAfterNotFound() throws Exception {
+    try (ServeProcess serve = ServeProcess.start("--max-lead-ms", "4000", "--fault", "extend:2=404:NOT_FOUND")) {
+      HeartbeatRunner[] runner = new HeartbeatRunner[1];
+      Recorder rec = runToItsOwnStop(serve, true, runner);
+      assertEquals(StopReason.NOT_FOUND, rec.stop.get().stopReason().orElseThrow());
+      runner[0].stopAndCommit("{\"unit\":\"TOKENS\",\"amount\":5}").get(30, TimeUnit.SECONDS);
+      runner[0].close();
+      assertEquals(List.of(), rec.finalized);
+      assertEquals(0, serve.requests("release").size() + serve.requests("commit").size());
+    }
+  }
+
   /**
    * D-15 on the fallback path (an older server, no remaining_ttl_ms): nothing is proven, so the
    * lead is reached at once: one PROVEN_LEAD_REACHED right after the first success, and only that
