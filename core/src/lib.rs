@@ -16,7 +16,7 @@
 //! * [`schema`] holds the response checks (HB-18, P-1; ST-2, ST-7).
 //! * [`Settlement`] is the per-reservation settlement state machine (commit,
 //!   the expired-commit event fallback, release; rules ST-/SP- of
-//!   `shared/design/settlement.md`), and [`SettlementRecord`] its durable
+//!   [`docs/settlement-contract.md`](https://github.com/leasebeat/leasebeat/blob/main/docs/settlement-contract.md)), and [`SettlementRecord`] its durable
 //!   record in runcycles Python 0.5.3's journal layout.
 //!
 //! Rule ids such as HB-15, D-15 or P-3 in this documentation are those of the

@@ -1,5 +1,5 @@
 """leasebeat's settlement journal and runcycles Python 0.5.3's pending-commit journal read
-each other's records (J-2 of shared/design/settlement.md), in both directions.
+each other's records (J-2 of docs/settlement-contract.md), in both directions.
 
 runcycles' side is its own `runcycles.journal` module (CommitJournal, PendingCommitRecord,
 auth_fingerprint) from PyPI; leasebeat's side is `leasebeat journal ...` ($LEASEBEAT_BIN).

@@ -1,4 +1,4 @@
-//! The settlement journal (J-1..J-8 of `shared/design/settlement.md`): one file per pending
+//! The settlement journal (J-1..J-8 of [`docs/settlement-contract.md`](https://github.com/leasebeat/leasebeat/blob/main/docs/settlement-contract.md)): one file per pending
 //! settlement, written atomically and durably before the request it guards, interchangeable
 //! with runcycles Python 0.5.3's pending-commit journal (`journal.py`) in both directions.
 //!
