@@ -18,6 +18,8 @@ server through scripts/realserver/faultproxy.py, all runners at once, in each sc
   sdk     the SDKs' own live-server tests (runcycles Python 0.5.3 with leasebeat's adapter,
           runcycles-typescript 0.4.3), pointed at the server by CYCLES_BASE_URL, one check
           per test (scripts/realserver/sdk-live.sh);
+  probe   `leasebeat probe --exhaust --json` straight at the server (issue 28): every MUST
+          finding PASS (exit 0), one check per finding, the regime and limit recorded;
   redisdown  (last) one `leasebeat run` while Redis is shut down: the server's API-key
           check then answers 401 and the lease stops `rejected`.
 
@@ -493,6 +495,8 @@ def main():
 
     warm_up(a)
     try:
+        if want("probe"):
+            probe(a)
         if want("limit"):
             run_scenario(a, "limit", proxy, redis, make_clients(a, proxy.url, 8000, 1500, 0, "release"),
                          {}, allow_jeopardy=False, expect=expect_limit)
@@ -599,6 +603,37 @@ def warm_up(a, rounds=30):
         post("/v1/reservations/%s/extend" % rid, {"idempotency_key": key + "-x", "extend_by_ms": 1000})
         post("/v1/reservations/%s/release" % rid, {"idempotency_key": key + "-r"})
     print("== warm-up: %d reserve/extend/release rounds in %.1f s" % (rounds, time.time() - t0), flush=True)
+
+
+def probe(a):
+    """`leasebeat probe` against the real server (straight, not through the proxy): the server's
+    side of the heartbeat contract. One check per finding (a MUST must PASS; a SHOULD or an
+    information finding may WARN or SKIP), and the exit status 0."""
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    create = json.dumps({"subject": {"tenant": a.tenant}, "action": {"kind": "probe", "name": "leasebeat-probe"},
+                         "estimate": {"unit": "TOKENS", "amount": 1}})
+    print("== scenario probe: leasebeat probe --exhaust", flush=True)
+    out = subprocess.run([os.path.join(target, "release", "leasebeat"), "probe", "--url", a.url,
+                          "--api-key", a.api_key, "--create", create, "--ttl-ms", "60000",
+                          "--timeout-ms", "10000", "--exhaust", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    with open(os.path.join(a.logs, "probe.json"), "w") as f:
+        f.write(out.stdout)
+    with open(os.path.join(a.logs, "probe.stderr"), "w") as f:
+        f.write(out.stderr)
+    try:
+        report = json.loads(out.stdout)
+    except ValueError:
+        check("probe: a JSON report", False, "exit %d, stderr %s" % (out.returncode, out.stderr[-300:]))
+        return
+    findings = report.get("findings", [])
+    for fd in findings:
+        must = fd.get("level", fd.get("requirement", "")) in ("MUST", "must")
+        status = fd.get("status", fd.get("result", ""))
+        check("probe: %s" % fd.get("name", fd.get("id", "?")), status == "PASS" or (not must and status != "FAIL"),
+              "%s %s" % (status, (fd.get("summary") or fd.get("detail") or "")[:160]))
+    check("probe: exit status 0 (every MUST holds)", out.returncode == 0 and bool(findings),
+          "exit %d, %d findings" % (out.returncode, len(findings)))
 
 
 def redis_down(a, proxy):
