@@ -103,6 +103,33 @@ class LeasebeatHeartbeatJeopardyTest {
         cancel.run();
     }
 
+    /** Issue 25: a beat run before its due time sends nothing and waits for the due time. */
+    @Test
+    void aBeatRunBeforeItsDueTimeSendsNothingAndWaits() {
+        AtomicLong clock = new AtomicLong(0);
+        AtomicLong expiry = new AtomicLong(1_060_000L);
+        List<Map<String, Object>> sent = new ArrayList<>();
+        Runnable cancel = LeasebeatHeartbeat.start("rsv-early", 60_000L, 5_000L,
+                create("rsv-early", 60_000L, 0, 0), executor, clock::get,
+                body -> {
+                    sent.add(body);
+                    return CyclesResponse.success(200, Map.of("status", "ACTIVE",
+                            "expires_at_ms", expiry.addAndGet(60_000L), "remaining_ttl_ms", 60_000L));
+                },
+                () -> Map.of("extend_by_ms", 60_000L), null);
+        assertThat(cancel).isNotNull();
+        assertThat(delays).containsExactly(49_000L);
+        clock.set(10_000L * 1_000_000L); // 39 s early
+        scheduled.get(0).run();
+        assertThat(sent).isEmpty();
+        assertThat(delays).containsExactly(49_000L, 39_000L); // waits for the due time
+        clock.set(49_000L * 1_000_000L - 500_000L); // within the 1 ms a timer may fire early
+        scheduled.get(1).run();
+        assertThat(sent).hasSize(1);
+        assertThat(jeopardyWarnings()).isEmpty();
+        cancel.run();
+    }
+
     @Test
     void theProvenInstantPassingWhileNoBeatRunsIsReportedAtOnce() throws InterruptedException {
         // Real clock, a short lease: proven until the create's receipt + 1500 ms; the beat is
