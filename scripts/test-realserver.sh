@@ -23,9 +23,27 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 T0=$SECONDS
-SRC="${LEASEBEAT_REALSERVER_SRC:-$ROOT/../shared/peers/cycles-server-0.1.25.59}"
-[ -d "$SRC" ] || SRC=/work/shared/peers/cycles-server-0.1.25.59
-JAVA_HOME_RS="${LEASEBEAT_REALSERVER_JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}"
+# shellcheck source=../integrations/lib.sh
+. "$ROOT/integrations/lib.sh"
+SRC="${LEASEBEAT_REALSERVER_SRC:-$(peers_dir "$ROOT")/cycles-server-0.1.25.59}"
+# A JDK >= 21 for the server (it targets Java 21): LEASEBEAT_REALSERVER_JAVA_HOME, else the
+# first one under /usr/lib/jvm.
+java_major() { "$1/bin/java" -version 2>&1 | sed -nE '1s/.*version "([0-9]+).*/\1/p'; }
+JAVA_HOME_RS="${LEASEBEAT_REALSERVER_JAVA_HOME:-}"
+if [ -z "$JAVA_HOME_RS" ]; then
+  for c in /usr/lib/jvm/temurin-25-jdk-amd64 /usr/lib/jvm/*; do
+    [ -x "$c/bin/javac" ] || continue
+    m="$(java_major "$c")"
+    if [ -n "$m" ] && [ "$m" -ge 21 ]; then JAVA_HOME_RS="$c"; break; fi
+  done
+fi
+# Without the server's released source or a JDK 21+ the stage cannot run here (a clone of the
+# public repository has no ../shared/peers): it says so at once and counts as skipped.
+[ -d "$SRC/cycles-protocol-service" ] ||
+  skip realserver "no cycles-server 0.1.25.59 source at $SRC (set LEASEBEAT_PEERS_DIR or LEASEBEAT_REALSERVER_SRC)"
+[ -n "$JAVA_HOME_RS" ] && [ -x "$JAVA_HOME_RS/bin/java" ] ||
+  skip realserver "no JDK 21+ found (set LEASEBEAT_REALSERVER_JAVA_HOME)"
+echo "realserver: server source: $SRC, JDK $JAVA_HOME_RS"
 WORK="$ROOT/target/realserver"
 mkdir -p "$WORK"
 LOGS="$WORK/logs"
@@ -39,8 +57,6 @@ fail_early() {
 }
 
 # ---------------------------------------------------------------- 1. the server's jar
-[ -d "$SRC/cycles-protocol-service" ] || fail_early "no server source at $SRC"
-[ -x "$JAVA_HOME_RS/bin/java" ] || fail_early "no JDK at $JAVA_HOME_RS (set LEASEBEAT_REALSERVER_JAVA_HOME)"
 src_sum="$(cd "$SRC" && find . -type f -not -path './.git/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
 JAR="$WORK/cycles-server-$src_sum.jar"
 if [ ! -f "$JAR" ]; then
