@@ -742,7 +742,7 @@ def run(
 # ---------------------------------------------------------------------------
 
 
-class HeartbeatPolicy(str, enum.Enum):
+class HeartbeatPolicy(enum.Enum):
     """HP-1: what a heartbeat failure does to the guarded work.
 
     Every policy reports every failure and stop (``Listener.on_heartbeat_failure``
@@ -898,8 +898,8 @@ class SettleResult:
     outcome: SettleOutcome | None
     record_kept: bool
     decisions: tuple[SettlementDecision, ...]
-    response: HttpResponse | None = None
-    journal_error: Exception | None = None
+    response: HttpResponse | None
+    journal_error: Exception | None
 
     @property
     def ok(self) -> bool:
@@ -908,10 +908,12 @@ class SettleResult:
 
     @property
     def code(self) -> str | None:
+        """The last decision's server error code, or None."""
         return self.decisions[-1].code if self.decisions else None
 
     @property
     def last_decision(self) -> SettlementDecision | None:
+        """The final (or, abandoned, the latest) settlement decision."""
         return self.decisions[-1] if self.decisions else None
 
 

@@ -313,10 +313,13 @@ class Lease:
         self._work: asyncio.Task[Any] | None = None
         self._cancelled_work = False
         self._settled = False
-        self._hp1.on_cancel = lambda: self._loop.call_soon_threadsafe(self._cancel_work)
+        self._hp1.on_cancel = self._request_cancel
         self.task: asyncio.Task[Decision] = asyncio.ensure_future(
             run(heartbeat, transport, listener=self._listener, first_decision=first_decision)
         )
+
+    def _request_cancel(self) -> None:
+        self._loop.call_soon_threadsafe(self._cancel_work)
 
     def _cancel_work(self) -> None:
         w = self._work
@@ -442,9 +445,17 @@ def start(
     lease = Lease(heartbeat, transport, listener=listener, journal=j, policy=policy, event=event,
                   first_decision=first_decision)
     if replay_on_start and j is not None and claim_replay(j):
+        INFLIGHT.enter()  # counted from now: a flush right after start waits for it
         task = asyncio.ensure_future(
             drive(replay_steps(j, listener=lease._listener, budget_ms=lease._budget_ms()), transport)
         )
         _BACKGROUND.add(task)
-        task.add_done_callback(_BACKGROUND.discard)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            _BACKGROUND.discard(t)
+            INFLIGHT.leave()
+            if not t.cancelled() and t.exception() is not None:
+                log.error("leasebeat journal replay failed: %r", t.exception())
+
+        task.add_done_callback(done)
     return lease
