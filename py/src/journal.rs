@@ -10,13 +10,11 @@
 //! persist action written and acknowledged, J-5 applied when it is done, the
 //! partition replayed under claims); see `Journal` below.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
-use leasebeat::journal::{self, Claim, Journal, JournalError, JournalErrorKind, JournalRecord};
-use leasebeat::{ErrorKind, Now, RecordUpdate, Settlement, SettlementAction};
-use pyo3::exceptions::{PyOSError, PyRuntimeError};
+use leasebeat::journal::{self, Journal, JournalError, JournalErrorKind, JournalRecord};
+use leasebeat::{ErrorKind, Now};
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyString, PyTuple, PyType};
@@ -27,7 +25,7 @@ use crate::settlement::{PySettlement, PySettlementDecision, policy};
 
 // ------------------------------------------------------------------ errors
 
-const KINDS: [JournalErrorKind; 9] = [
+const KINDS: [JournalErrorKind; 10] = [
     JournalErrorKind::NotWritable,
     JournalErrorKind::Symlink,
     JournalErrorKind::NoSpace,
@@ -36,6 +34,7 @@ const KINDS: [JournalErrorKind; 9] = [
     JournalErrorKind::InvalidRecord,
     JournalErrorKind::Corrupt,
     JournalErrorKind::Misplaced,
+    JournalErrorKind::NotFinished,
     JournalErrorKind::Io,
 ];
 
@@ -68,7 +67,7 @@ fn describe(kind: JournalErrorKind) -> (&'static str, &'static str) {
         JournalErrorKind::InvalidRecord => (
             "JournalInvalidRecord",
             "A record that would not read back (empty reservation id, a missing or\n\
-             non-object body), or a settlement that is not finished.",
+             non-object body).",
         ),
         JournalErrorKind::Corrupt => (
             "JournalCorrupt",
@@ -78,6 +77,10 @@ fn describe(kind: JournalErrorKind) -> (&'static str, &'static str) {
         JournalErrorKind::Misplaced => (
             "JournalMisplaced",
             "The file under the id's name holds another reservation id; left alone.",
+        ),
+        JournalErrorKind::NotFinished => (
+            "JournalNotFinished",
+            "finish() of a settlement that has not ended: nothing was touched.",
         ),
         JournalErrorKind::Io => ("JournalIOError", "Any other I/O error of the journal."),
     }
@@ -101,7 +104,7 @@ fn classes(py: Python<'_>) -> PyResult<&'static Classes> {
             "A failure of the settlement journal (a LeaseError and an OSError).\n\n\
              ``kind`` is the core's stable kind (\"not_writable\", \"symlink\",\n\
              \"no_space\", \"not_a_directory\", \"no_directory\", \"invalid_record\",\n\
-             \"corrupt\", \"misplaced\", \"io\"); one subclass per kind. Instances carry\n\
+             \"corrupt\", \"misplaced\", \"not_finished\", \"io\"); one subclass per kind. Instances carry\n\
              ``path`` (the file or directory concerned, or None), ``message`` and\n\
              ``quarantined_to`` (for ``corrupt``: where the record went, or None).",
             &[("code", "journal"), ("kind", "")],
@@ -174,7 +177,10 @@ fn invalid_record(message: &str) -> Fail {
 pub fn journal_error(py: Python<'_>, e: Fail) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let c = classes(py)?;
-        let i = KINDS.iter().position(|k| *k == e.kind).unwrap_or(8);
+        let i = KINDS
+            .iter()
+            .position(|k| *k == e.kind)
+            .unwrap_or(KINDS.len() - 1);
         let cls = c.kinds[i].bind(py);
         let err = cls.call1((e.text.clone(),))?;
         err.setattr("path", e.path.clone())?;
@@ -403,45 +409,11 @@ fn path_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<PathBuf> {
 #[pyclass(frozen, module = "leasebeat", name = "Journal")]
 pub struct PyJournal {
     inner: Journal,
-    claims: Mutex<HashMap<String, Claim>>,
 }
 
 impl PyJournal {
     fn wrap(inner: Journal) -> PyJournal {
-        PyJournal {
-            inner,
-            claims: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn claims(&self) -> PyResult<std::sync::MutexGuard<'_, HashMap<String, Claim>>> {
-        self.claims
-            .lock()
-            .map_err(|_| PyRuntimeError::new_err("the journal is unusable after an internal panic"))
-    }
-
-    /// Takes this journal's claim on `id` unless it holds it already; false
-    /// when another holder has it.
-    fn take_claim(&self, id: &str) -> Result<bool, JournalError> {
-        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
-        if claims.contains_key(id) {
-            return Ok(true);
-        }
-        match self.inner.claim(id)? {
-            Some(c) => {
-                claims.insert(id.to_owned(), c);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    fn drop_claim(&self, id: &str) {
-        let removed = {
-            let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
-            claims.remove(id)
-        };
-        drop(removed);
+        PyJournal { inner }
     }
 }
 
@@ -574,32 +546,9 @@ impl PyJournal {
             let mut guard = s
                 .lock()
                 .map_err(|_| (ErrorKind::Stopped, "the settlement is unusable".to_owned()))?;
-            let text = match guard.poll_action() {
-                SettlementAction::Persist(r) => r.to_json(),
-                SettlementAction::Done(_) => {
-                    return Err((ErrorKind::Stopped, "the settlement is done".to_owned()));
-                }
-                _ => {
-                    return Err((
-                        ErrorKind::NotOutstanding,
-                        "the settlement does not ask for a persist".to_owned(),
-                    ));
-                }
-            };
-            let id = guard.reservation_id().to_owned();
-            let written = JournalRecord::from_json(text.as_bytes())
-                .map_err(|m| invalid_record(&m))
-                .and_then(|r| self.inner.write(&r).map_err(Fail::from));
-            let decision = match written {
-                Ok(()) => {
-                    // A claim held elsewhere does not stop this settlement: it
-                    // is ours (a new record), the key keeps the server exact.
-                    let _ = self.take_claim(&id);
-                    guard.handle_persisted(now)
-                }
-                Err(e) => guard.handle_persist_failed(&e.text, now),
-            };
-            decision.map_err(|e| (e.kind(), e.message().to_owned()))
+            self.inner
+                .persist(&mut guard, now)
+                .map_err(|e| (e.kind(), e.message().to_owned()))
         });
         result
             .map(PySettlementDecision::new)
@@ -609,31 +558,16 @@ impl PyJournal {
     /// Ends ``settlement`` in the journal once it is done (J-5): the final
     /// decision's record update is applied (``remove`` deletes the record,
     /// ``keep`` leaves it for a later replay) and this journal's claim on the
-    /// reservation is released. Returns whether a record file was removed.
-    /// Raises JournalInvalidRecord (the settlement is not finished; nothing
-    /// touched), another JournalError (the removal failed; the claim is
-    /// released all the same), TypeError.
-    fn finish(&self, py: Python<'_>, settlement: &Bound<'_, PyAny>) -> PyResult<bool> {
+    /// reservation is released. Raises JournalNotFinished (the settlement has
+    /// not ended; nothing touched), another JournalError (the removal failed;
+    /// the claim is released all the same), TypeError.
+    fn finish(&self, py: Python<'_>, settlement: &Bound<'_, PyAny>) -> PyResult<()> {
         let s = settlement_of(settlement)?.get();
-        let result = py.detach(|| -> Result<bool, Fail> {
-            let (id, update) = {
-                let guard = s
-                    .lock()
-                    .map_err(|_| invalid_record("the settlement is unusable"))?;
-                if guard.outcome().is_none() {
-                    return Err(invalid_record("settlement not finished"));
-                }
-                (
-                    guard.reservation_id().to_owned(),
-                    guard.last_decision().record,
-                )
-            };
-            let removed = match update {
-                Some(RecordUpdate::Remove) => self.inner.remove(&id).map_err(Fail::from),
-                _ => Ok(false),
-            };
-            self.drop_claim(&id);
-            removed
+        let result = py.detach(|| -> Result<(), Fail> {
+            let guard = s
+                .lock()
+                .map_err(|_| invalid_record("the settlement is unusable"))?;
+            self.inner.finish(&guard).map_err(Fail::from)
         });
         result.map_err(|e| journal_error(py, e))
     }
@@ -656,79 +590,21 @@ impl PyJournal {
     ) -> PyResult<PyReplay> {
         let now = Now::new(to_u64(now_ns, "now_ns")?, to_u64(wall_ms, "wall_ms")?);
         let retry = policy(py, max_attempts, initial_ms, max_ms)?;
-        type Out = (
-            journal::Scan,
-            Vec<Settlement>,
-            Vec<String>,
-            Vec<journal::Quarantined>,
-        );
-        let result = py.detach(|| -> Result<Out, Fail> {
-            let scan = self.inner.scan()?;
-            let mut settlements = Vec::new();
-            let mut busy = Vec::new();
-            let mut refused = Vec::new();
-            for r in &scan.records {
-                let id = r.reservation_id.clone();
-                if !self.take_claim(&id)? {
-                    busy.push(id);
-                    continue;
-                }
-                // Read again under the claim: another worker may have settled it.
-                let record = match self.inner.load(&id) {
-                    Ok(Some(r)) => r,
-                    Ok(None) => {
-                        self.drop_claim(&id);
-                        continue;
-                    }
-                    Err(e) => {
-                        self.drop_claim(&id);
-                        refused.push(journal::Quarantined {
-                            file: journal::record_file_name(&id),
-                            moved_to: path_str(e.quarantined_to()),
-                            reason: e.to_string(),
-                        });
-                        continue;
-                    }
-                };
-                match Settlement::from_record_json(record_text(&record).as_bytes(), retry, now) {
-                    Ok(s) => settlements.push(s),
-                    Err(e) => {
-                        let moved = self.inner.quarantine(&id).ok().flatten();
-                        self.drop_claim(&id);
-                        refused.push(journal::Quarantined {
-                            file: journal::record_file_name(&id),
-                            moved_to: moved.and_then(|p| {
-                                p.file_name().map(|n| n.to_string_lossy().into_owned())
-                            }),
-                            reason: e.message().to_owned(),
-                        });
-                    }
-                }
-            }
-            Ok((scan, settlements, busy, refused))
-        });
-        let (scan, settlements, busy, refused) = result.map_err(|e| journal_error(py, e))?;
-        let mut parts = scan_parts(py, &scan)?;
-        for q in refused {
-            parts.quarantined.push(Py::new(
-                py,
-                PyQuarantined {
-                    file: q.file,
-                    moved_to: q.moved_to,
-                    reason: q.reason,
-                },
-            )?);
-        }
+        let replay = py
+            .detach(|| self.inner.replay(retry, now))
+            .map_err(|e| journal_error(py, e.into()))?;
+        let parts = scan_parts(py, &replay.scan)?;
         Ok(PyReplay {
-            settlements: settlements
+            settlements: replay
+                .settlements
                 .into_iter()
                 .map(|s| Py::new(py, PySettlement::from_core(s)))
                 .collect::<PyResult<Vec<_>>>()?,
-            busy,
+            busy: replay.busy,
             quarantined: parts.quarantined,
             migrated: parts.migrated,
             skipped: parts.skipped,
-            foreign: scan.foreign.iter().map(record_text).collect(),
+            foreign: replay.scan.foreign.iter().map(record_text).collect(),
         })
     }
 
@@ -794,18 +670,19 @@ impl PyJournal {
 
     /// Releases this journal's claim on ``reservation_id`` (a settlement
     /// abandoned before it is done: its record stays for a later replay).
-    /// No-op when not held.
+    /// No-op when not held. All claims go when the Journal is dropped, and
+    /// with the process (exit or kill).
     fn release_claim(&self, py: Python<'_>, reservation_id: &Bound<'_, PyAny>) -> PyResult<()> {
         let id = str_arg(reservation_id, "reservation_id")?;
-        py.detach(|| self.drop_claim(&id));
+        py.detach(|| self.inner.release_claim(&id));
         Ok(())
     }
 
-    /// The reservation ids this journal holds claims on.
-    fn claimed(&self) -> PyResult<Vec<String>> {
-        let mut ids: Vec<String> = self.claims()?.keys().cloned().collect();
-        ids.sort();
-        Ok(ids)
+    /// Whether this journal holds the claim on ``reservation_id`` (J-6).
+    fn holds_claim(&self, reservation_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self
+            .inner
+            .holds_claim(&str_arg(reservation_id, "reservation_id")?))
     }
 
     fn __repr__(&self) -> String {

@@ -13,6 +13,7 @@ __all__ = [
     "JournalError",
     "JournalInvalidRecord",
     "JournalIOError",
+    "JournalNotFinished",
     "JournalMisplaced",
     "JournalNoDirectory",
     "JournalNoSpace",
@@ -746,6 +747,9 @@ class JournalCorrupt(JournalError):
 class JournalMisplaced(JournalError):
     """The file under the id's name holds another reservation id."""
 
+class JournalNotFinished(JournalError):
+    """finish() of a settlement that has not ended: nothing was touched."""
+
 class JournalIOError(JournalError):
     """Any other I/O error of the journal."""
 
@@ -839,7 +843,7 @@ class Journal:
     @property
     def base_url(self) -> str: ...
     def persist(self, settlement: Settlement, now_ns: int) -> SettlementDecision: ...
-    def finish(self, settlement: Settlement) -> bool: ...
+    def finish(self, settlement: Settlement) -> None: ...
     def replay(
         self,
         now_ns: int,
@@ -855,7 +859,7 @@ class Journal:
     def remove(self, reservation_id: str) -> bool: ...
     def quarantine(self, reservation_id: str) -> str | None: ...
     def release_claim(self, reservation_id: str) -> None: ...
-    def claimed(self) -> list[str]: ...
+    def holds_claim(self, reservation_id: str) -> bool: ...
 
 def primary_schedule(
     remaining_ttl_ms: _Ms,
