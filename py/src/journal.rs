@@ -20,7 +20,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyString, PyTuple, PyType};
 
 use crate::convert::{to_bytes, to_u64};
-use crate::errors::{base_class, new_class, raise_kind, type_error};
+use crate::errors::{base_class, core_error, new_class, raise_kind, type_error};
 use crate::settlement::{PySettlement, PySettlementDecision, policy};
 
 // ------------------------------------------------------------------ errors
@@ -590,6 +590,8 @@ impl PyJournal {
     ) -> PyResult<PyReplay> {
         let now = Now::new(to_u64(now_ns, "now_ns")?, to_u64(wall_ms, "wall_ms")?);
         let retry = policy(py, max_attempts, initial_ms, max_ms)?;
+        // A bad policy is the caller's configuration error (InvalidConfig), not the journal's.
+        retry.validate().map_err(|e| core_error(py, e))?;
         let replay = py
             .detach(|| self.inner.replay(retry, now))
             .map_err(|e| journal_error(py, e.into()))?;

@@ -1036,8 +1036,8 @@ def settle_steps(
                 log.warning("leasebeat journal: ending the record of %s failed: %s", rid, r)
         last = decisions[-1]
         kept = journal is not None and has_record and (last.record != "remove" or journal_error is not None)
-        if not stopped and stop_heartbeat is not None:
-            stop_heartbeat()
+    if not stopped and stop_heartbeat is not None:
+        stop_heartbeat()  # the settlement ended (or was abandoned at shutdown): so does the lease
     result = SettleResult(
         rid, kind, s.key, None if abandoned else s.outcome, kept, tuple(decisions), response, journal_error
     )
