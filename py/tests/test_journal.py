@@ -9,6 +9,7 @@ argument types. Every journal lives in the test's tmp_path.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import stat
@@ -233,8 +234,9 @@ def test_not_writable_read_only_mount(tmp_path: Path) -> None:
         with pytest.raises(JournalNotWritable) as e:
             Journal.open(URL, "k", dir=mnt)
         assert e.value.kind == "not_writable"
+        del e
     finally:
-        subprocess.run(["umount", str(mnt)], check=False)
+        _umount(mnt)
 
 
 def test_a_full_disk(tmp_path: Path) -> None:
@@ -246,6 +248,19 @@ def test_a_full_disk(tmp_path: Path) -> None:
                                            capture_output=True).returncode != 0:
         pytest.skip("cannot mount a tmpfs here")
     try:
+        _fill_and_write(mnt)
+    finally:
+        _umount(mnt)
+
+
+def _umount(mnt: Path) -> None:
+    gc.collect()  # a Journal holds its directory open: let it go first
+    if subprocess.run(["umount", str(mnt)], check=False).returncode != 0:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill_and_write(mnt: Path) -> None:
+    if True:  # a scope of its own: the Journal is dropped before the umount
         j = Journal.open(URL, "k", dir=mnt)
         s = new_commit()
         j.persist(s, time.monotonic_ns())
@@ -270,8 +285,6 @@ def test_a_full_disk(tmp_path: Path) -> None:
         assert SettleWarning.PERSIST_FAILED in d.warnings and "no_space" in (d.detail or "")
         assert d.next.value == "commit"  # SP-3: the request still goes
         assert not [p for p in Path(j.dir).iterdir() if p.name.endswith(".tmp")]
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def test_a_file_size_limit_in_a_subprocess(tmp_path: Path) -> None:
