@@ -29,6 +29,7 @@ from ._leasebeat import (
     Journal,
     KeyUse,
     OutcomeClass,
+    Replay,
     Settlement,
     SettlementAction,
     SettlementDecision,
@@ -142,6 +143,18 @@ class Listener:
 
     def on_finalize(self, endpoint: str, response: HttpResponse | None, error: Exception | None) -> None:
         """The release/commit sent when the runner ended, if asked for."""
+
+    def on_heartbeat_failure(self, failure: HeartbeatFailure) -> None:
+        """HP-1: a heartbeat failure or stop (reservation id, disposition), under every policy."""
+
+    def on_settlement(self, reservation_id: str, decision: SettlementDecision) -> None:
+        """Every decision of a settlement (commit, event fallback, release, replay)."""
+
+    def on_settled(self, result: SettleResult) -> None:
+        """A settlement ended (or was abandoned at a flush deadline)."""
+
+    def on_replay(self, replay: Replay | None, error: Exception | None) -> None:
+        """A journal replay listed its records (quarantines, migrations, busy), or failed."""
 
 
 def extend_path(reservation_id: str | None) -> str:
@@ -870,8 +883,17 @@ class _PolicyListener(Listener):
     def on_finalize(self, endpoint: str, response: HttpResponse | None, error: Exception | None) -> None:
         call_listener(self.inner, "on_finalize", endpoint, response, error)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    def on_heartbeat_failure(self, failure: HeartbeatFailure) -> None:
+        call_listener(self.inner, "on_heartbeat_failure", failure)
+
+    def on_settlement(self, reservation_id: str, decision: SettlementDecision) -> None:
+        call_listener(self.inner, "on_settlement", reservation_id, decision)
+
+    def on_settled(self, result: SettleResult) -> None:
+        call_listener(self.inner, "on_settled", result)
+
+    def on_replay(self, replay: Replay | None, error: Exception | None) -> None:
+        call_listener(self.inner, "on_replay", replay, error)
 
 
 _SUCCESS = frozenset((SettleOutcome.COMMITTED, SettleOutcome.APPLIED, SettleOutcome.RELEASED))
