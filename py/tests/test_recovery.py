@@ -130,7 +130,7 @@ class Child:
             line = self.proc.stdout.readline()
             if not line:
                 break
-            e = json.loads(line)
+            e: dict[str, Any] = json.loads(line)
             self.lines.append(e)
             if e["event"] == name:
                 return e
@@ -360,7 +360,7 @@ def test_cr_durable_002_replayed_expired_commit_switches_durably_to_event(
     a.kill9()
     key = (read_record(j, rid) or {})["commit_body"]["idempotency_key"]
     b = Child(runner, "replay", server, jdir)
-    sends = []
+    sends: list[dict[str, Any]] = []
     while len(sends) < 2:
         sends.append(b.next_event("send"))
     assert sends[0]["endpoint"] == "commit" and sends[0]["key"] == key  # commit_same_key_after_restart
