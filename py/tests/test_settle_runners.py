@@ -93,6 +93,8 @@ def test_release_and_journal_off(runner: str, serve: Any, tmp_path: Path) -> Non
         until(lambda: hb.reservation_id)
         assert r.journal is None
         res = r.release("nothing used")
+        with pytest.raises(leasebeat.Stopped):
+            r.commit(ACTUAL)  # one settlement per lease
         r.join(10)
     else:
         async def main() -> Any:
@@ -100,7 +102,10 @@ def test_release_and_journal_off(runner: str, serve: Any, tmp_path: Path) -> Non
             assert lease.journal is None
             async with lease:
                 await auntil(lambda: hb.reservation_id)
-                return await lease.release("nothing used")
+                out = await lease.release("nothing used")
+                with pytest.raises(leasebeat.Stopped):
+                    await lease.commit(ACTUAL)  # one settlement per lease
+                return out
         res = asyncio.run(main())
     assert res.outcome is SettleOutcome.RELEASED and res.ok and not res.record_kept
     rel = reqs(server, "release", res.reservation_id)

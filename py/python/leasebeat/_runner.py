@@ -32,6 +32,7 @@ from ._leasebeat import (
     Replay,
     Settlement,
     SettlementAction,
+    Stopped,
     SettlementDecision,
     SettleActionKind,
     SettleMode,
@@ -608,6 +609,8 @@ class Runner:
             rid = hb.reservation_id
             if rid is None:
                 raise NoReservation("the lease has no reservation (its create did not succeed)")
+            if self._finalize_sent:
+                raise Stopped(f"the lease {rid} is already settled (commit or release was sent)")
             self._finalize_sent = True
             return rid
 
@@ -651,7 +654,9 @@ class Runner:
         ``actual=None`` (no actual known, ST-10) sends nothing: outcome
         ``no_actual``. Returns a SettleResult; under ``fail_on_finalize``
         raises HeartbeatFailed after the settlement if the heartbeat failed.
-        Raises NoReservation when the create did not succeed."""
+        Raises NoReservation when the create did not succeed, Stopped when
+        the lease was already committed or released (one settlement per
+        lease)."""
         self._take_settlement()
         self._hp1.settling = True
         result = self._settle_commit(commit_body(actual, metrics, metadata), event)

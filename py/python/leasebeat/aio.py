@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Generator, Mapping
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from ._leasebeat import Decision, Heartbeat, Journal, Settlement, TransportFailure
+from ._leasebeat import Decision, Heartbeat, Journal, Settlement, Stopped, TransportFailure
 from ._runner import (
     INFLIGHT,
     NOTHING_TO_FINALIZE,
@@ -346,6 +346,8 @@ class Lease:
         rid = hb.reservation_id
         if rid is None:
             raise NoReservation("the lease has no reservation (its create did not succeed)")
+        if self._settled:
+            raise Stopped(f"the lease {rid} is already settled (commit or release was sent)")
         self._settled = True
         self._hp1.settling = True
         return rid
