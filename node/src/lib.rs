@@ -23,6 +23,9 @@
 mod conv;
 mod errors;
 mod fast;
+mod journal;
+#[cfg(unix)]
+mod journal_shim;
 mod raw;
 mod settlement;
 
@@ -34,6 +37,7 @@ use napi_derive::napi;
 
 pub use errors::ErrorCode;
 use errors::{Class, Fail, R, run};
+pub use journal::*;
 pub use settlement::*;
 
 // ----- string literal unions -----
