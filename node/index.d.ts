@@ -210,7 +210,7 @@ export declare class Journal {
    * Once `settlement` is done: applies its final record update (J-5:
    * removes the record, or keeps it for a later replay) and releases this
    * journal's claim on it. Throws a `JournalError` (kind
-   * `'invalid_record'`) if the settlement is not done; nothing is touched
+   * `'not_finished'`) if the settlement is not done; nothing is touched
    * then.
    */
   finish(settlement: Settlement): void

@@ -501,7 +501,8 @@ async function finalize (heartbeat, o, transport, report) {
  * `err instanceof JournalError` holds for every error a `Journal` throws for
  * what the file system refuses (code `ERR_LEASEBEAT_JOURNAL`, `kind`:
  * `'symlink'`, `'not_writable'`, `'no_space'`, `'not_a_directory'`,
- * `'no_directory'`, `'invalid_record'`, `'corrupt'`, `'misplaced'`, `'io'`;
+ * `'no_directory'`, `'invalid_record'`, `'corrupt'`, `'misplaced'`,
+ * `'not_finished'`, `'io'`;
  * `path`, `quarantinedTo`). The native addon throws them; this class only
  * names them (and can be constructed for tests).
  */
@@ -928,7 +929,7 @@ function startLease (heartbeat, options) {
     policy,
     get reservationId () { return heartbeat.reservationId },
     get heartbeatFailures () { return [...failures] },
-    commit (actual, extra = {}) {
+    async commit (actual, extra = {}) {
       check(extra !== null && typeof extra === 'object', 'commit: the options must be an object { metrics?, metadata?, subject?, action? }')
       for (const k of Object.keys(extra)) check(['metrics', 'metadata', 'subject', 'action'].includes(k), `commit: unknown option ${JSON.stringify(k)} (allowed: metrics, metadata, subject, action)`)
       return end((id, onDecision) => settler.commit(id, actual, {
@@ -939,7 +940,7 @@ function startLease (heartbeat, options) {
         onDecision
       }))
     },
-    release (reason) {
+    async release (reason) {
       check(reason === undefined || reason === null || typeof reason === 'string', 'release: reason must be a string')
       return end((id, onDecision) => settler.release(id, reason, { onDecision }))
     },

@@ -76,7 +76,7 @@ test('round trip: persist writes the record (0600, 0700 dir), a fresh journal re
   assert.deepEqual(busy.settlements, [])
   assert.deepEqual(busy.busy, ['r-1'])
   // Not finished: finish refuses and touches nothing.
-  assert.throws(() => j.finish(s), journalErr('invalid_record'))
+  assert.throws(() => j.finish(s), journalErr('not_finished'))
   assert.ok(existsSync(file))
   // "Crash": this process drops its claim; a fresh journal replays the record alone.
   j.releaseClaim('r-1')

@@ -52,8 +52,8 @@ pub enum ErrorCode {
     Poisoned,
     /// A journal operation failed (`JournalError`, an `Error` with `kind`:
     /// `'symlink'`, `'not_writable'`, `'no_space'`, `'not_a_directory'`,
-    /// `'no_directory'`, `'invalid_record'`, `'corrupt'`, `'misplaced'` or
-    /// `'io'`, and `path` when one is concerned).
+    /// `'no_directory'`, `'invalid_record'`, `'corrupt'`, `'misplaced'`,
+    /// `'not_finished'` or `'io'`, and `path` when one is concerned).
     #[napi(value = "ERR_LEASEBEAT_JOURNAL")]
     Journal,
 }

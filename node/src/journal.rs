@@ -17,9 +17,6 @@ use napi_derive::napi;
 #[cfg(unix)]
 use crate::conv;
 use crate::errors::{Class, ErrorCode, Fail, R, run};
-#[cfg(unix)]
-#[allow(unused_imports)]
-use crate::journal_shim::Glue;
 use crate::settlement::{Settlement, SettlementDecision};
 
 /// The options of `Journal.open(options)`. Unknown properties are refused.
@@ -393,7 +390,7 @@ impl Journal {
     /// Once `settlement` is done: applies its final record update (J-5:
     /// removes the record, or keeps it for a later replay) and releases this
     /// journal's claim on it. Throws a `JournalError` (kind
-    /// `'invalid_record'`) if the settlement is not done; nothing is touched
+    /// `'not_finished'`) if the settlement is not done; nothing is touched
     /// then.
     #[napi(catch_unwind)]
     pub fn finish(

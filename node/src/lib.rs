@@ -24,8 +24,6 @@ mod conv;
 mod errors;
 mod fast;
 mod journal;
-#[cfg(unix)]
-mod journal_shim;
 mod raw;
 mod settlement;
 
