@@ -110,14 +110,20 @@ export interface JeopardyEvent {
   lateMs?: number
 }
 
-/** The outcome of the release or commit sent after the stop (`finalize`). */
+/** The outcome of the release or commit settled after the stop (`finalize`). */
 export interface FinalizeResult {
   kind: 'release' | 'commit'
   reservationId: string
-  key: string
-  /** The HTTP status, or `null` when the request failed (`error`). */
+  /** The settlement's one key; `null` when it could not start (`error`). */
+  key: string | null
+  /** The last HTTP status, or `null` when no response came. */
   status: number | null
+  /** Why the settlement could not start (a bad commit body, a journal that cannot open), else `null`. */
   error: unknown
+  /** How the settlement ended (`'committed'`, `'released'`, `'exhausted'`, ...), `null` with `error`. */
+  outcome: SettleOutcome | null
+  /** The whole settlement result, `null` with `error`. */
+  result: SettleResult | null
 }
 
 /** The options of `runHeartbeat`. */
@@ -140,7 +146,8 @@ export interface RunOptions {
   onJeopardy?: (event: JeopardyEvent) => void
   /**
    * After the stop, release the reservation (`'release'`) or commit it
-   * (`{ commit: { actual: { unit, amount }, ... } }`) through the transport,
+   * (`{ commit: { actual: { unit, amount }, ... } }`) through a `Settlement`
+   * (one key, retries, the event fallback; a commit journaled first) and the transport,
    * unless the server already ended it (finalized, not found) or none was
    * created. After `expired` it is sent all the same: a server may accept it
    * for a grace period after expiry; its answer goes to `onFinalize`.
@@ -149,6 +156,13 @@ export interface RunOptions {
   finalize?: 'release' | { commit: Record<string, unknown> } | null
   /** The outcome of that release or commit. */
   onFinalize?: (result: FinalizeResult) => void
+  /**
+   * The journal of a `finalize` commit: `{ dir?, tenant? }` (default `{}`:
+   * `CYCLES_JOURNAL_DIR`, else `~/.runcycles/commit-journal`) or `false`.
+   */
+  journal?: { dir?: string; tenant?: string | null } | false
+  /** Partition that journal by tenant. */
+  tenant?: string | null
   /**
    * The monotonic clock of the heartbeat: every time the heartbeat saw
    * before (e.g. an adopted create's `sentAt`/`receivedAt`) must come from

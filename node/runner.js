@@ -5,7 +5,6 @@
 // "The runner", and runner.d.ts for the documented API.
 'use strict'
 
-const { randomUUID } = require('node:crypto')
 const { Heartbeat, Settlement, Journal } = require('./index.js')
 
 /** `provenUntilNs` of a lease proven alive forever (receipt + lead overflowed). */
@@ -210,7 +209,7 @@ function check (cond, message) {
   if (!cond) throw new TypeError(message)
 }
 
-const RUN_OPTIONS = ['transport', 'baseUrl', 'apiKey', 'signal', 'onDecision', 'onJeopardy', 'onFinalize', 'finalize', 'clock']
+const RUN_OPTIONS = ['transport', 'baseUrl', 'apiKey', 'signal', 'onDecision', 'onJeopardy', 'onFinalize', 'finalize', 'clock', 'journal', 'tenant']
 
 function validate (heartbeat, options, fn = 'runHeartbeat', allowed = RUN_OPTIONS) {
   check(heartbeat instanceof Heartbeat, `${fn}: heartbeat must be a Heartbeat`)
@@ -238,12 +237,24 @@ function validate (heartbeat, options, fn = 'runHeartbeat', allowed = RUN_OPTION
 async function runHeartbeat (heartbeat, options) {
   const o = validate(heartbeat, options)
   claimHeartbeat(heartbeat, 'runHeartbeat')
+  check(o.journal === undefined || o.journal === false || (o.journal !== null && typeof o.journal === 'object'), 'runHeartbeat: options.journal must be { dir?, tenant? } or false')
   const transport = o.transport ?? fetchTransport({ baseUrl: o.baseUrl, apiKey: o.apiKey })
-  const stop = await heartbeatLoop(heartbeat, o, transport, {})
+  let eventBody = null
+  const stop = await heartbeatLoop(heartbeat, o, transport, { onAttempt: (a) => { if (a.kind === 'create' && eventBody === null) eventBody = subjectAction(a.body) } })
   if (o.finalize != null && heartbeat.reservationId !== null && !NO_RELEASE.has(stop.reason)) {
-    await finalize(heartbeat, o, transport, (fn, arg) => report(fn, arg))
+    await finalize(heartbeat, o, transport, report, eventBody)
   }
   return stop
+}
+
+/** `{ subject, action }` of a create body (for the event fallback), or null. */
+function subjectAction (body) {
+  try {
+    const b = JSON.parse(new TextDecoder().decode(body))
+    return b.subject != null && b.action != null ? { subject: b.subject, action: b.action } : null
+  } catch {
+    return null
+  }
 }
 
 /** Marks `heartbeat` as run (once), after checking it has nothing in flight. */
@@ -470,27 +481,29 @@ function perform (heartbeat, attempt, transport, stopSignal, sentMs, toMs, clock
 }
 
 /** Releases or commits the reservation after the stop, through the transport. */
-async function finalize (heartbeat, o, transport, report) {
-  const key = randomUUID()
+async function finalize (heartbeat, o, transport, report, eventBody) {
+  // Through the core's Settlement (ST-1..ST-11: one key, retries, Retry-After,
+  // the event fallback when the create's subject and action are known) and,
+  // for a commit, the journal (J-1: the record before the first request).
   const commit = o.finalize !== 'release'
-  const body = commit ? { ...o.finalize.commit, idempotency_key: key } : { idempotency_key: key }
-  const request = {
-    kind: commit ? 'commit' : 'release',
-    reservationId: heartbeat.reservationId,
-    key,
-    body: new TextEncoder().encode(JSON.stringify(body)),
-    attempt: null
-  }
-  const timeoutMs = heartbeat.requestTimeoutMs
-  const signal = typeof timeoutMs === 'number' && Number.isFinite(timeoutMs)
-    ? AbortSignal.timeout(Math.max(1, Math.floor(timeoutMs)))
-    : new AbortController().signal
+  const reservationId = heartbeat.reservationId
   let result
   try {
-    const res = await transport(request, signal)
-    result = { kind: request.kind, reservationId: request.reservationId, key, status: res.status, error: null }
+    const settler = new Settler({
+      baseUrl: o.baseUrl ?? 'http://localhost',
+      apiKey: o.apiKey ?? '',
+      transport,
+      journal: commit ? (o.journal ?? {}) : false,
+      tenant: o.tenant,
+      replay: false
+    })
+    const settlement = commit
+      ? new Settlement({ reservationId, baseUrl: settler.baseUrl, commit: o.finalize.commit, event: eventBody }, performance.now(), Date.now())
+      : new Settlement({ reservationId, baseUrl: settler.baseUrl, release: true }, performance.now(), Date.now())
+    const r = await settler.settle(settlement)
+    result = { kind: commit ? 'commit' : 'release', reservationId, key: r.key, status: r.status, error: null, outcome: r.outcome, result: r }
   } catch (err) {
-    result = { kind: request.kind, reservationId: request.reservationId, key, status: null, error: err }
+    result = { kind: commit ? 'commit' : 'release', reservationId, key: null, status: null, error: err, outcome: null, result: null }
   }
   report(o.onFinalize, result)
 }
@@ -883,11 +896,9 @@ function startLease (heartbeat, options) {
   const stopped = heartbeatLoop(heartbeat, loopOptions, transport, {
     onAttempt: (attempt) => {
       if (attempt.kind !== 'create' || (subject !== null && action !== null)) return
-      try {
-        const body = JSON.parse(new TextDecoder().decode(attempt.body))
-        subject ??= body.subject ?? null
-        action ??= body.action ?? null
-      } catch {}
+      const sa = subjectAction(attempt.body)
+      subject ??= sa?.subject ?? null
+      action ??= sa?.action ?? null
     }
   })
   stopped.then((d) => {

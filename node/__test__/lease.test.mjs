@@ -10,7 +10,7 @@ import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
-import { Heartbeat, HeartbeatFailureError, Journal, JournalError, Settlement, Settler, startLease } from 'leasebeat'
+import { Heartbeat, HeartbeatFailureError, Journal, JournalError, Settlement, Settler, runHeartbeat, startLease } from 'leasebeat'
 import { startServer, API_KEY } from './serve.mjs'
 
 const CREATE = {
@@ -263,4 +263,32 @@ test('bad options: TypeErrors at once; a journal that cannot open is a JournalEr
   await assert.rejects(l.commit({ unit: 'TOKENS', amount: -1 }), RangeError)
   const r = await l.commit(ACTUAL) // nothing was settled before: allowed
   assert.equal(r.outcome, 'committed')
+})
+
+test('runHeartbeat finalize: the commit after the stop goes through the Settlement and the journal (same-key retry)', async (t) => {
+  const dir = tempDir(t)
+  const s = await server(t, ['--fault', 'commit:1=drop'])
+  const ac = new AbortController()
+  const finals = []
+  const stop = await runHeartbeat(hb(), {
+    baseUrl: s.url,
+    apiKey: API_KEY,
+    signal: ac.signal,
+    journal: { dir },
+    finalize: { commit: { actual: ACTUAL } },
+    onDecision: (d) => { if (d.outcome === 'success') ac.abort() },
+    onFinalize: (r) => finals.push(r)
+  })
+  assert.equal(stop.reason, 'cancelled')
+  assert.equal(finals.length, 1)
+  assert.equal(finals[0].kind, 'commit')
+  assert.equal(finals[0].outcome, 'committed')
+  assert.equal(finals[0].status, 200)
+  assert.equal(finals[0].error, null)
+  const commits = s.requests('commit')
+  assert.equal(commits.length, 2)
+  assert.equal(commits[0].header_key, commits[1].header_key)
+  assert.equal(commits[0].header_key, finals[0].key)
+  assert.deepEqual(records(dir), [])
+  await assert.rejects(runHeartbeat(hb(), { baseUrl: s.url, apiKey: API_KEY, journal: 'x' }), TypeError)
 })
