@@ -564,9 +564,11 @@ async function performSettle (transport, request, timeoutMs, stopSignal) {
     timer = setTimeout(() => { ac.abort(); resolve({ failure: 'timeout' }) }, timeoutMs)
     timer.unref()
   })
+  let onStop = null
   const stopped = new Promise((resolve) => {
-    if (stopSignal.aborted) resolve({ failure: 'reset', stopped: true })
-    stopSignal.addEventListener('abort', () => resolve({ failure: 'reset', stopped: true }), { once: true })
+    onStop = () => resolve({ failure: 'reset', stopped: true })
+    if (stopSignal.aborted) onStop()
+    else stopSignal.addEventListener('abort', onStop, { once: true })
   })
   const sent = (async () => {
     try {
@@ -587,6 +589,7 @@ async function performSettle (transport, request, timeoutMs, stopSignal) {
     return await Promise.race([sent, timedOut, stopped])
   } finally {
     clearTimeout(timer)
+    stopSignal.removeEventListener('abort', onStop)
   }
 }
 
@@ -698,7 +701,14 @@ class Settler {
     await null
     const opts = { now: this.#clock(), wallMs: Date.now() }
     if (this.#retry !== undefined) opts.retry = this.#retry
-    const r = this.#journal.replay(opts)
+    let r
+    try {
+      r = this.#journal.replay(opts)
+    } catch (err) {
+      // Never silent: `replayed` rejects with it, and it is a process warning.
+      process.emitWarning(`leasebeat journal: the replay on start failed: ${err?.message ?? err}`, 'LeasebeatJournalWarning')
+      throw err
+    }
     const rep = { settled: [], busy: r.busy, quarantined: r.quarantined, migrated: r.migrated, skipped: r.skipped }
     for (const q of r.quarantined) {
       // J-4: corruption is reported, never silent.
@@ -710,6 +720,19 @@ class Settler {
   }
 
   async #drive (s, hooks) {
+    try {
+      return await this.#run(s, hooks)
+    } catch (err) {
+      // A refusal by the core (a bug) or a transport that threw synchronously:
+      // the record stays on disk for the next replay, the claim is let go.
+      if (this.#journal !== null) {
+        try { this.#journal.releaseClaim(s.reservationId) } catch {}
+      }
+      throw err
+    }
+  }
+
+  async #run (s, hooks) {
     const decisions = []
     const clock = this.#clock
     const stop = this.#closed.signal

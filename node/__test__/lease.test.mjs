@@ -292,3 +292,19 @@ test('runHeartbeat finalize: the commit after the stop goes through the Settleme
   assert.deepEqual(records(dir), [])
   await assert.rejects(runHeartbeat(hb(), { baseUrl: s.url, apiKey: API_KEY, journal: 'x' }), TypeError)
 })
+
+test('after a heartbeat stop `expired` the commit is still sent and its answer reported', async (t) => {
+  const dir = tempDir(t)
+  const s = await server(t, ['--fault', 'extend:*=410:RESERVATION_EXPIRED'])
+  const events = []
+  const l = startLease(hb(3000), { baseUrl: s.url, apiKey: API_KEY, journal: { dir }, onHeartbeatFailure: (e) => events.push(e) })
+  await l.ready
+  const stop = await l.stopped
+  assert.equal(stop.reason, 'expired')
+  assert.equal(events.at(-1).disposition, 'stop')
+  assert.equal(events.at(-1).reason, 'expired')
+  assert.equal(l.signal.aborted, false, 'warn: the work is not cancelled')
+  const r = await l.commit(ACTUAL)
+  assert.equal(r.outcome, 'committed', 'the server (not expired in fact) answers the commit')
+  assert.equal(s.requests('commit').length, 1)
+})
