@@ -108,8 +108,7 @@ test('a 429 floor survives a restart: the replayed settlement sends no earlier t
   assert.equal(p.next, 'commit')
   const nb = JSON.parse(readFileSync(recordPath(j, 'r-1'), 'utf8')).not_before_ms
   assert.ok(nb >= wall + 29000 && nb <= Date.now() + 30000, `not_before_ms ${nb}`)
-  j.releaseClaim('r-1') // the process "dies": its claim goes with it
-  j.close()
+  j.close() // the process "dies": its claims go with it
   const fresh = open(dir)
   const now = performance.now()
   const wallNow = Date.now()
