@@ -506,6 +506,8 @@ public final class HeartbeatRunner implements AutoCloseable {
   private final HeartbeatFailurePolicy failurePolicy;
   /** The settlements in progress (commit, release, replayed), for flush and close. */
   private final Set<Settler> settling = ConcurrentHashMap.newKeySet();
+  /** Completes once the replay on start handed its settlements over (at once without one). */
+  private final CompletableFuture<Void> replayed = new CompletableFuture<>();
 
   // Guarded by this.
   private boolean started;
@@ -602,6 +604,8 @@ public final class HeartbeatRunner implements AutoCloseable {
         schedule(this::tick, 0);
         if (journal != null && replayOnStart) {
           later(this::replayJournal, 0);
+        } else {
+          replayed.complete(null);
         }
       }
     }
@@ -771,6 +775,14 @@ public final class HeartbeatRunner implements AutoCloseable {
 
   /** Replays the journal on start (J-6): every record no other process holds is settled. */
   private void replayJournal() {
+    try {
+      replayRecords();
+    } finally {
+      replayed.complete(null);
+    }
+  }
+
+  private void replayRecords() {
     JournalReplay r;
     try {
       r = journal.replay(System.nanoTime(), System.currentTimeMillis(), settlementRetry);
@@ -805,6 +817,21 @@ public final class HeartbeatRunner implements AutoCloseable {
    */
   public boolean flush(Duration timeout) {
     long deadline = System.nanoTime() + timeout.toNanos();
+    synchronized (this) {
+      if (!started) {
+        replayed.complete(null); // never started: nothing replayed
+      }
+    }
+    try {
+      replayed.get(Math.max(deadline - System.nanoTime(), 0), TimeUnit.NANOSECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    } catch (java.util.concurrent.TimeoutException e) {
+      return false;
+    } catch (java.util.concurrent.ExecutionException e) {
+      // not completed exceptionally
+    }
     for (Settler st : List.copyOf(settling)) {
       long left = deadline - System.nanoTime();
       try {
