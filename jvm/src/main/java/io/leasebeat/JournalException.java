@@ -59,9 +59,14 @@ public final class JournalException extends RuntimeException {
     }
   }
 
+  /** Why the call failed. */
   private final Kind kind;
-  private final String path; // may be null
-  private final String quarantinedTo; // may be null
+
+  /** The file or directory concerned, or null. */
+  private final String path;
+
+  /** Where a corrupt record was moved to, or null. */
+  private final String quarantinedTo;
 
   /**
    * A journal failure.

@@ -21,7 +21,15 @@ public record JournalReplay(
     List<JournalScan.Migrated> migrated,
     List<JournalScan.Skipped> skipped) {
 
-  /** Copies the lists (unmodifiable). */
+  /**
+   * Copies the lists (unmodifiable).
+   *
+   * @param settlements see {@link #settlements()}
+   * @param busy see {@link #busy()}
+   * @param quarantined see {@link #quarantined()}
+   * @param migrated see {@link #migrated()}
+   * @param skipped see {@link #skipped()}
+   */
   public JournalReplay {
     settlements = List.copyOf(settlements);
     busy = List.copyOf(busy);

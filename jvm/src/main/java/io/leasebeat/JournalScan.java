@@ -23,7 +23,16 @@ public record JournalScan(
     List<Skipped> skipped,
     long reapedTempFiles) {
 
-  /** Copies the lists (unmodifiable). */
+  /**
+   * Copies the lists (unmodifiable).
+   *
+   * @param records see {@link #records()}
+   * @param foreign see {@link #foreign()}
+   * @param quarantined see {@link #quarantined()}
+   * @param migrated see {@link #migrated()}
+   * @param skipped see {@link #skipped()}
+   * @param reapedTempFiles see {@link #reapedTempFiles()}
+   */
   public JournalScan {
     records = List.copyOf(records);
     foreign = List.copyOf(foreign);

@@ -30,7 +30,18 @@ public record SettleResult(
     List<SettlementDecision> decisions,
     Optional<String> journalWarning) {
 
-  /** Copies the list (unmodifiable). */
+  /**
+   * Copies the list (unmodifiable).
+   *
+   * @param reservationId see {@link #reservationId()}
+   * @param key see {@link #key()}
+   * @param outcome see {@link #outcome()}
+   * @param code see {@link #code()}
+   * @param recordKept see {@link #recordKept()}
+   * @param replayed see {@link #replayed()}
+   * @param decisions see {@link #decisions()}
+   * @param journalWarning see {@link #journalWarning()}
+   */
   public SettleResult {
     decisions = List.copyOf(decisions);
   }
