@@ -24,7 +24,7 @@ mvn_q=(mvn -q -B --no-transfer-progress -Dstyle.color=never)
 "${mvn_q[@]}" dependency:build-classpath -Dmdep.includeScope=test \
   -Dmdep.outputFile="$out/classpath.txt"
 # The platform version that goes with junit.version 5.x is 1.x (same minor and patch).
-junit="$("${mvn_q[@]}" help:evaluate -Dexpression=junit.version -DforceStdout)"
+junit="$(sed -n 's:.*<junit.version>\(5\.[0-9.]*\)</junit.version>.*:\1:p' pom.xml | head -1)"
 platform="1.${junit#5.}"
 launcher="$out/junit-platform-console-standalone-$platform.jar"
 if [ ! -f "$launcher" ]; then

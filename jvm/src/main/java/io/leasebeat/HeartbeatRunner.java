@@ -364,11 +364,13 @@ public final class HeartbeatRunner implements AutoCloseable {
 
     /**
      * The journal settlements are persisted to (J-1) and replayed from on start; the caller owns
-     * (and closes) it. Not set: with an {@link HttpClientTransport}, the runner opens its own
-     * (under {@link #journalDir(Path)}, else {@code CYCLES_JOURNAL_DIR}, else {@code
-     * ~/.runcycles/commit-journal}; partition of the transport's base URL and {@link
-     * #tenant(String)} or API key) and closes it on {@link HeartbeatRunner#close()}; with another
-     * transport there is none unless set here.
+     * (and closes) it, and every start of a runner replays it. Not set: with an {@link
+     * HttpClientTransport}, the runner uses the process-wide journal of its directory ({@link
+     * #journalDir(Path)}, else {@code CYCLES_JOURNAL_DIR}, else {@code
+     * ~/.runcycles/commit-journal}), server (the transport's base URL) and principal ({@link
+     * #tenant(String)}, else the API key), opened once and shared by every such runner (never
+     * closed: the OS releases its claims at exit), and replayed by the first runner started on
+     * it; with another transport there is none unless set here.
      *
      * @param journal the journal (its base URL is the server's)
      * @return this builder
@@ -499,13 +501,14 @@ public final class HeartbeatRunner implements AutoCloseable {
   private final long enforcedNs; // budget minus the detection slack
   private final CompletableFuture<Decision> done = new CompletableFuture<>();
   private final Journal journal; // null: no journal
-  private final boolean ownJournal;
   private final boolean replayOnStart;
   private final String eventJson;
   private final Settlement.RetryPolicy settlementRetry;
   private final HeartbeatFailurePolicy failurePolicy;
   /** The settlements in progress (commit, release, replayed), for flush and close. */
   private final Set<Settler> settling = ConcurrentHashMap.newKeySet();
+  /** The process-wide journal this runner opened by default, if it did. */
+  private SharedJournal sharedJournal;
   /** Completes once the replay on start handed its settlements over (at once without one). */
   private final CompletableFuture<Void> replayed = new CompletableFuture<>();
 
@@ -552,14 +555,13 @@ public final class HeartbeatRunner implements AutoCloseable {
     this.eventJson = event;
     if (b.journal != null) {
       this.journal = b.journal;
-      this.ownJournal = false;
     } else if (!b.journalOff && transport instanceof HttpClientTransport) {
       HttpClientTransport t = (HttpClientTransport) transport;
-      this.journal = Journal.open(b.journalDir, t.baseUrl(), t.apiKey(), b.tenant);
-      this.ownJournal = true;
+      SharedJournal shared = SharedJournal.of(b.journalDir, t.baseUrl(), t.apiKey(), b.tenant);
+      this.journal = shared.journal;
+      this.sharedJournal = shared;
     } else {
       this.journal = null;
-      this.ownJournal = false;
     }
     OptionalLong timeout = hb.requestTimeoutMillis();
     this.budgetNs =
@@ -602,7 +604,9 @@ public final class HeartbeatRunner implements AutoCloseable {
           armJeopardy(last);
         }
         schedule(this::tick, 0);
-        if (journal != null && replayOnStart) {
+        if (journal != null
+            && replayOnStart
+            && (sharedJournal == null || sharedJournal.replayed.compareAndSet(false, true))) {
           later(this::replayJournal, 0);
         } else {
           replayed.complete(null);
@@ -613,6 +617,35 @@ public final class HeartbeatRunner implements AutoCloseable {
   }
 
   // ----- settlement (issue 27: commit / release through Settlement and the journal) -----
+
+  /**
+   * The journals runners open by default, one per (base directory, server, principal) for the
+   * whole process: opening one costs a PBKDF2 of the partition name, and many runners share a
+   * transport. Never closed (the OS releases their claims at exit); replayed on the first start.
+   */
+  static final class SharedJournal {
+    private static final ConcurrentHashMap<List<String>, SharedJournal> OPEN = new ConcurrentHashMap<>();
+
+    final Journal journal;
+    final java.util.concurrent.atomic.AtomicBoolean replayed = new java.util.concurrent.atomic.AtomicBoolean();
+
+    private SharedJournal(Journal journal) {
+      this.journal = journal;
+    }
+
+    static SharedJournal of(Path dir, String baseUrl, String apiKey, String tenant) {
+      Path base = Journal.baseDir(dir).toAbsolutePath().normalize();
+      boolean byTenant = tenant != null && !tenant.isBlank();
+      // The key lives in this process's memory only, as in the transport.
+      List<String> id =
+          List.of(base.toString(), baseUrl, byTenant ? "tenant" : "key", byTenant ? tenant : apiKey);
+      SharedJournal j = OPEN.get(id);
+      if (j != null) {
+        return j;
+      }
+      return OPEN.computeIfAbsent(id, k -> new SharedJournal(Journal.open(base, baseUrl, apiKey, tenant)));
+    }
+  }
 
   /**
    * Commits the actual usage through a {@link Settlement} (ST-1..ST-11): the record is journaled
@@ -1039,9 +1072,6 @@ public final class HeartbeatRunner implements AutoCloseable {
     }
     if (ownExecutor) {
       executor.shutdownNow();
-    }
-    if (ownJournal) {
-      journal.close();
     }
   }
 
