@@ -876,8 +876,10 @@ class _PolicyListener(Listener):
         self.hp1 = hp1
 
     def on_decision(self, decision: Decision) -> None:
-        call_listener(self.inner, "on_decision", decision)
+        # HP-1 first (its report may log): the user's on_decision and on_stop then follow
+        # each other as they did before the policy existed.
         self.hp1.observe(decision)
+        call_listener(self.inner, "on_decision", decision)
 
     def on_jeopardy(self, event: Jeopardy) -> None:
         call_listener(self.inner, "on_jeopardy", event)
