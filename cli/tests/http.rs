@@ -620,14 +620,12 @@ fn killing_the_server_stops_every_lease_before_its_lead_runs_out() {
                 observed_ns,
                 attempt,
                 ..
-            } => {
-                if decision.outcome == OutcomeClass::Success {
-                    if attempt.is_some_and(|a| a.kind == leasebeat::AttemptKind::Extend) {
-                        s.0 += 1;
-                    }
-                    if let Some(Num::Int(lead)) = decision.numbers.lead_floor() {
-                        s.1 = observed_ns + lead as u64 * 1_000_000;
-                    }
+            } if decision.outcome == OutcomeClass::Success => {
+                if attempt.is_some_and(|a| a.kind == leasebeat::AttemptKind::Extend) {
+                    s.0 += 1;
+                }
+                if let Some(Num::Int(lead)) = decision.numbers.lead_floor() {
+                    s.1 = observed_ns + lead as u64 * 1_000_000;
                 }
             }
             Event::Stopped { reason, at_ns, .. } => s.2 = Some((reason, at_ns)),

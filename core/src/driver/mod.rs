@@ -98,9 +98,43 @@
 //! driver) cancels every lease and joins every thread; it waits at most for
 //! the attempts in flight, each bounded by its budget.
 //!
+//! ## Settlement (commit, release, the journal)
+//!
+//! A lease ends through a core [`crate::Settlement`] (ST-1..ST-11) that the
+//! timer thread drives like a heartbeat: [`Driver::commit`] (or
+//! [`Driver::release`] for work that used nothing) builds it, the journal
+//! writes its record on a worker **before** the first commit leaves (J-1,
+//! [`crate::journal::Journal::persist`]), attempts go out at the due times its
+//! decisions set (one key; backoff, `Retry-After` floors persisted; after a
+//! 410 `RESERVATION_EXPIRED` the event fallback with the create's subject
+//! and action, or [`LeaseOptions::event`] for an adopted reservation), and
+//! [`crate::journal::Journal::finish`] removes or keeps the record at the end
+//! (J-5). The lease's heartbeat keeps running until a decision says
+//! `stop_heartbeat` (ST-11); then it is cancelled. Every settlement decision
+//! is an [`Event::Settlement`], the end an [`Event::Settled`] with a
+//! [`SettleResult`] (also returned by [`Settling::wait`]).
+//!
+//! The journal (feature `journal`) is on by default
+//! ([`JournalOptions`]: `$CYCLES_JOURNAL_DIR` or
+//! `~/.runcycles/commit-journal`, partitioned by tenant or API key); the
+//! driver replays its partition in the background when it starts
+//! ([`crate::journal::Journal::replay`]: records claimed by another process
+//! are left alone, J-6) and reports what it found as [`Event::Journal`].
+//! [`Driver::flush`] waits a bounded time for settlements in flight (J-7);
+//! [`Driver::shutdown`] flushes for [`DriverConfig::shutdown_flush_ms`]
+//! first. Without the `journal` feature the driver still settles (retries,
+//! fallback) but nothing is durable.
+//!
+//! Heartbeat failures (HP-1): every failed heartbeat attempt and every stop
+//! that is not a cancel is an [`Event::HeartbeatFailure`] (reservation id,
+//! outcome, disposition). [`FailurePolicy`] per lease: `Warn` (default),
+//! `Cancel` (a [`CancellationToken`] is cancelled or a callback called when
+//! the heartbeat stops), `FailOnFinalize` (the settlement runs; its result
+//! then carries the heartbeat's stop and `failed_after_heartbeat`).
+//!
 //! ```no_run
 //! use leasebeat::Config;
-//! use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event};
+//! use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event, Usage};
 //! let (driver, events) =
 //!     Driver::new(DriverConfig::new("http://127.0.0.1:7878", ApiKey::new("k"))).unwrap();
 //! let mut config = Config::new(60_000, Some(5_000));
@@ -110,15 +144,22 @@
 //! let lease = driver.start(config).unwrap();
 //! for event in events.iter() {
 //!     match event {
-//!         Event::Decision { decision, .. } => println!("{}", decision.to_json().len()),
+//!         Event::Decision { decision, reservation_id, .. } => {
+//!             println!("{}", decision.to_json().len());
+//!             if reservation_id.is_some() { break } // the work runs now
+//!         }
 //!         Event::Stopped { reason, .. } => { println!("stopped: {reason}"); break }
 //!         Event::Jeopardy { reason, reservation_id, .. } => {
 //!             eprintln!("lease_in_jeopardy {reason:?} {reservation_id:?}")
 //!         }
+//!         Event::HeartbeatFailure { failure, .. } => eprintln!("{failure}"),
 //!         Event::Error { error, .. } => eprintln!("{error}"),
+//!         _ => {}
 //!     }
 //! }
-//! # let _ = lease;
+//! let usage = Usage::new(serde_json::json!({"unit": "TOKENS", "amount": 1}));
+//! let result = driver.commit(lease, usage).unwrap().wait().unwrap();
+//! println!("{} (record kept: {})", result.outcome, result.record_kept);
 //! driver.shutdown();
 //! ```
 
@@ -1406,6 +1447,7 @@ mod tests {
                 }
                 Event::Error { error, .. } => panic!("{error}"),
                 Event::Jeopardy { .. } => panic!("no lease had a proven lead"),
+                _ => {}
             }
         }
         assert_eq!(
@@ -1447,7 +1489,7 @@ mod tests {
                     break reason;
                 }
                 Event::Error { error, .. } => panic!("{error}"),
-                Event::Jeopardy { .. } => {}
+                _ => {}
             }
         };
         assert_eq!(reason, StopReason::CreateFailed);

@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -459,10 +459,7 @@ impl Settling {
 
     /// Waits at most `timeout`.
     pub fn wait_timeout(&self, timeout: Duration) -> Option<SettleResult> {
-        match self.rx.recv_timeout(timeout) {
-            Ok(r) => Some(r),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.rx.recv_timeout(timeout).ok()
     }
 }
 
