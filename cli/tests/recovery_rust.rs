@@ -1144,13 +1144,16 @@ fn cr_durable_007_journal_filenames_preserve_distinct_identifiers() {
 // ---------------------------------------------------------------- driver behaviour
 
 /// ST-11: the heartbeat keeps running while the commit is in flight (the
-/// commit is answered after 2.5 s; a 2 s lease keeps being extended).
+/// commit is held 3 s; a 4 s lease keeps being extended), and stops at
+/// the commit's final outcome.
 #[test]
 fn the_heartbeat_keeps_running_while_a_commit_is_in_flight() {
-    let serve = Serve::start(&["--fault", "commit:1=delay=2500"]);
+    // The commit is held 3 s before serve processes it (the reservation
+    // stays active meanwhile); leads are capped at 4 s, so beats go on.
+    let serve = Serve::start(&["--fault", "commit:1=hold=3000", "--max-lead-ms", "4000"]);
     let dir = tempdir();
     let (driver, events) = Driver::new(config(&serve.url, dir.path())).unwrap();
-    let mut cfg = Config::new(3_000, Some(500));
+    let mut cfg = Config::new(4_000, Some(400));
     cfg.create_request = create_body();
     let lease = driver.start(cfg).unwrap();
     let mut seen = Vec::new();
