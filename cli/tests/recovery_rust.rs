@@ -1411,6 +1411,28 @@ fn settlement_errors_are_typed() {
         driver.commit(LeaseHandle(999), usage()).unwrap_err(),
         DriverError::UnknownLease(LeaseHandle(999))
     );
+    // Reservation ids the protocol cannot carry: typed, nothing sent.
+    for id in ["a\0b".to_owned(), "x".repeat(10_000), String::new()] {
+        let e = driver.commit_reservation(&id, usage(), None).unwrap_err();
+        assert!(
+            matches!(&e, DriverError::Core(c) if c.kind() == leasebeat::ErrorKind::InvalidConfig),
+            "{e}"
+        );
+    }
+    // A slash is fine: percent-encoded into one path segment (serve: 404, a rejection).
+    let r = driver
+        .commit_reservation("rsv/with slash", usage(), None)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(r.outcome, SettleOutcome::Rejected, "{r:?}");
+    assert_eq!(r.code.as_deref(), Some("NOT_FOUND"));
+    assert!(
+        serve
+            .requests(&["commit"])
+            .iter()
+            .any(|c| c["path"] == "/v1/reservations/rsv%2Fwith%20slash/commit")
+    );
     driver.hold_sends_for_testing(true).unwrap();
     let held = driver.start(lease_config(60_000)).unwrap();
     assert_eq!(
