@@ -1457,6 +1457,13 @@ impl Timer {
                 return;
             }
         };
+        // Registered before the caller hears of it: a `flush` right after
+        // `commit` returns must wait for this settlement.
+        if let Some(setup) = &self.setup {
+            settle::pending_lock(&setup.pending)
+                .ids
+                .insert(lease, reservation_id.clone());
+        }
         let _ = ack.send(Ok(lease));
         let journaled = journal && s.record().is_some();
         self.add_settlement(
