@@ -52,8 +52,9 @@
  * (except the needed size on `LB_STATUS_BUFFER_TOO_SMALL`); the thread's
  * last-error message (lb_last_error()) then says what was wrong.
  *
- * Values 1..=99 mirror the core's error kinds one to one; values from 100 are
- * the C layer's own. The numbers are stable.
+ * Values 1..=99 mirror the core's error kinds one to one; values 100..=109
+ * are the C layer's own; values 110..=129 mirror the journal's error kinds
+ * (`JournalErrorKind`) one to one. The numbers are stable.
  */
 typedef enum lb_status {
     /**
@@ -128,6 +129,51 @@ typedef enum lb_status {
      * thread to finish.
      */
     LB_STATUS_IN_CALLBACK = 105,
+    /**
+     * The journal directory (or a record in it) cannot be written: permission
+     * denied, a read-only file system. Journal kind `not_writable`.
+     */
+    LB_STATUS_JOURNAL_NOT_WRITABLE = 110,
+    /**
+     * A symbolic link where the journal expects its directory or a record
+     * (J-3: never followed). Journal kind `symlink`.
+     */
+    LB_STATUS_JOURNAL_SYMLINK = 111,
+    /**
+     * The file system is full (or the quota is exhausted); the previous
+     * record, if any, is intact. Journal kind `no_space`.
+     */
+    LB_STATUS_JOURNAL_NO_SPACE = 112,
+    /**
+     * The journal path (or the partition in it) exists and is not a
+     * directory. Journal kind `not_a_directory`.
+     */
+    LB_STATUS_JOURNAL_NOT_A_DIRECTORY = 113,
+    /**
+     * No journal directory was given, `CYCLES_JOURNAL_DIR` is unset and
+     * there is no home directory. Journal kind `no_directory`.
+     */
+    LB_STATUS_JOURNAL_NO_DIRECTORY = 114,
+    /**
+     * The record (or the call) is not one the journal can take: an empty
+     * reservation id, a missing body, a settlement that has not finished.
+     * Journal kind `invalid_record`.
+     */
+    LB_STATUS_JOURNAL_INVALID_RECORD = 115,
+    /**
+     * A stored record did not parse or validate (J-4): it was renamed aside
+     * (quarantined). Journal kind `corrupt`.
+     */
+    LB_STATUS_JOURNAL_CORRUPT = 116,
+    /**
+     * The file under the id's name holds another reservation id; it was left
+     * alone. Journal kind `misplaced`.
+     */
+    LB_STATUS_JOURNAL_MISPLACED = 117,
+    /**
+     * Any other I/O error of the journal. Journal kind `io`.
+     */
+    LB_STATUS_JOURNAL_IO = 118,
 } lb_status;
 
 /**
@@ -736,6 +782,36 @@ typedef struct lb_event lb_event;
  * fails changes nothing.
  */
 typedef struct lb_heartbeat lb_heartbeat;
+
+/**
+ * One open partition of the settlement journal (opaque): a directory of
+ * records for one server and principal, from lb_journal_open() or
+ * lb_journal_open_partition(), freed by lb_journal_free().
+ *
+ * A `const lb_journal *` may be used from several threads at once (every
+ * call is synchronous file I/O on the partition's directory). The journal
+ * holds the claims (J-6) it took while persisting or replaying; they are
+ * released by lb_journal_finish(), lb_journal_release_claim(), when the
+ * journal is freed, and by the OS when the process exits or is killed.
+ */
+typedef struct lb_journal lb_journal;
+
+/**
+ * The result of lb_journal_replay() (opaque): the settlements rebuilt from
+ * this server's records (each under this journal's claim), the ids other
+ * workers hold (busy, not returned), and the scan's report. Free with
+ * lb_journal_replay_free() (settlements not taken are freed with it).
+ */
+typedef struct lb_journal_replay lb_journal_replay;
+
+/**
+ * What a scan of a partition found and did (opaque): the records of this
+ * server, those of another server (left alone), the records quarantined
+ * (J-4), the legacy records migrated (J-8), the files skipped and why, the
+ * stale temporary files removed. From lb_journal_scan() (owned, free with
+ * lb_journal_report_free()) or lb_journal_replay_report() (borrowed).
+ */
+typedef struct lb_journal_report lb_journal_report;
 
 /**
  * The settlement of one reservation (opaque): the sans-IO state machine
@@ -1362,6 +1438,37 @@ typedef struct lb_action {
      */
     enum lb_stop_reason stop_reason;
 } lb_action;
+
+/**
+ * The counts of an ::lb_journal_report.
+ */
+typedef struct lb_journal_report_counts {
+    /**
+     * Valid records of this journal's server.
+     */
+    size_t records;
+    /**
+     * Valid records of another server (not replayed, left alone).
+     */
+    size_t foreign;
+    /**
+     * Records renamed aside (J-4: they did not parse, or the settlement
+     * refused them).
+     */
+    size_t quarantined;
+    /**
+     * Legacy-named records migrated to their `v2-` name (J-8).
+     */
+    size_t migrated;
+    /**
+     * `.json` files left alone (symbolic links, misplaced records, ...).
+     */
+    size_t skipped;
+    /**
+     * Stale temporary files removed.
+     */
+    size_t reaped_temp_files;
+} lb_journal_report_counts;
 
 /**
  * What the caller must do now: a value copy, valid after later calls.
@@ -2121,6 +2228,240 @@ enum lb_status lb_heartbeat_handle_failure(struct lb_heartbeat *hb,
  * `LB_STATUS_TIME_WENT_BACKWARDS`.
  */
 enum lb_status lb_heartbeat_cancel(struct lb_heartbeat *hb, uint64_t now_ns);
+
+/**
+ * Opens (creating it if needed, 0700) the journal partition of `base_url`
+ * and the principal under `base_dir`: `tenant` when non-NULL and not blank
+ * (the partition then survives an API-key rotation), else `api_key` (never
+ * stored: the partition's name is a PBKDF2 fingerprint, J-2).
+ *
+ * `base_dir` NULL means `$CYCLES_JOURNAL_DIR` if set and non-empty, else
+ * `$HOME/.runcycles/commit-journal`. All strings are NUL-terminated UTF-8.
+ * On success `*out` owns the journal: free it with lb_journal_free().
+ *
+ * Errors: `LB_STATUS_JOURNAL_SYMLINK` (`base_dir` or the partition is a
+ * symbolic link: never followed), `LB_STATUS_JOURNAL_NOT_A_DIRECTORY`,
+ * `LB_STATUS_JOURNAL_NOT_WRITABLE`, `LB_STATUS_JOURNAL_NO_SPACE`,
+ * `LB_STATUS_JOURNAL_NO_DIRECTORY`, `LB_STATUS_JOURNAL_IO`,
+ * `LB_STATUS_INVALID_UTF8`, `LB_STATUS_NULL_ARGUMENT`.
+ */
+enum lb_status lb_journal_open(const char *base_dir,
+                               const char *base_url,
+                               const char *api_key,
+                               const char *tenant,
+                               struct lb_journal **out);
+
+/**
+ * Opens (creating it if needed) the partition directory `dir` itself, for
+ * records of `base_url`: for operators' tools given the partition's path
+ * (as `leasebeat journal --partition`). `dir`'s parent must exist.
+ *
+ * Errors: as lb_journal_open().
+ */
+enum lb_status lb_journal_open_partition(const char *dir,
+                                         const char *base_url,
+                                         struct lb_journal **out);
+
+/**
+ * Frees a journal and releases the claims it holds. NULL is a no-op.
+ * Records on disk stay.
+ */
+void lb_journal_free(struct lb_journal *j);
+
+/**
+ * Copies the partition directory's path (NUL-terminated) into `buf`, with
+ * the caller-buffer convention of lb_last_error().
+ */
+enum lb_status lb_journal_dir(const struct lb_journal *j,
+                              char *buf,
+                              size_t buf_len,
+                              size_t *out_needed);
+
+/**
+ * J-1, SP-3: when `s` asks for a persist (lb_settlement_poll_action() is
+ * `LB_SETTLEMENT_ACTION_KIND_PERSIST`), writes its record durably (file and
+ * directory fsync'd), takes this journal's claim on the reservation (J-6)
+ * and reports the write to `s` (lb_settlement_handle_persisted()). When the
+ * write fails, the failure is reported to `s` instead
+ * (lb_settlement_handle_persist_failed(): the decision carries the warning
+ * `persist_failed` and the journal's error in its detail, and the request
+ * still goes): that is not an error of this call.
+ *
+ * On success `*out_decision` (if `out_decision` is not NULL) owns the
+ * decision: free it with lb_settlement_decision_free().
+ *
+ * Errors: `LB_STATUS_NOT_OUTSTANDING` (`s` is not asking for a persist),
+ * `LB_STATUS_TIME_WENT_BACKWARDS`, `LB_STATUS_STOPPED`,
+ * `LB_STATUS_NULL_ARGUMENT`. `s` is unchanged then.
+ */
+enum lb_status lb_journal_persist(const struct lb_journal *j,
+                                  struct lb_settlement *s,
+                                  uint64_t now_ns,
+                                  struct lb_settlement_decision **out_decision);
+
+/**
+ * J-5: once `s` is done, applies its final decision to the record (removed
+ * after a success or a rejection; kept otherwise, for a later replay) and
+ * releases this journal's claim on the reservation. A settlement without a
+ * record (a release, `no_actual`) only releases the claim.
+ *
+ * Errors: `LB_STATUS_JOURNAL_INVALID_RECORD` (`s` is not done; nothing is
+ * touched), the journal's errors of the removal (`LB_STATUS_JOURNAL_*`).
+ */
+enum lb_status lb_journal_finish(const struct lb_journal *j, const struct lb_settlement *s);
+
+/**
+ * J-6, SP-4: scans the partition (quarantining, migrating and reporting on
+ * the way, as lb_journal_scan()), then, for every record of this journal's
+ * server, takes the claim (a record another worker or process holds is
+ * listed as busy and not returned) and rebuilds its settlement from the
+ * record alone (lb_settlement_from_record(); a record the settlement
+ * refuses is quarantined and reported). Only `cfg`'s retry policy is used.
+ * Drive each returned settlement like a new one (it sends first at its
+ * record's `not_before_ms`) and call lb_journal_finish() when it is done.
+ *
+ * On success `*out` owns the result: free it with lb_journal_replay_free().
+ *
+ * Errors: the journal's (`LB_STATUS_JOURNAL_*`), `LB_STATUS_INVALID_CONFIG`
+ * (retry policy).
+ */
+enum lb_status lb_journal_replay(const struct lb_journal *j,
+                                 const struct lb_settlement_config *cfg,
+                                 uint64_t now_ns,
+                                 uint64_t wall_ms,
+                                 struct lb_journal_replay **out);
+
+/**
+ * Writes how many settlements the replay returned into `*out`.
+ */
+enum lb_status lb_journal_replay_count(const struct lb_journal_replay *r, size_t *out);
+
+/**
+ * Takes the `i`-th settlement of the replay: on success `*out` owns it
+ * (free it with lb_settlement_free()); each can be taken once.
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (`i` out of range, or already taken).
+ */
+enum lb_status lb_journal_replay_take(struct lb_journal_replay *r,
+                                      size_t i,
+                                      struct lb_settlement **out);
+
+/**
+ * Writes how many records were busy (claimed by another worker or process:
+ * not returned) into `*out`.
+ */
+enum lb_status lb_journal_replay_busy_count(const struct lb_journal_replay *r, size_t *out);
+
+/**
+ * Copies the reservation id of the `i`-th busy record into `buf` as bytes
+ * (UTF-8, not NUL-terminated: an id may contain NUL), with the
+ * caller-buffer convention.
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (`i` out of range),
+ * `LB_STATUS_BUFFER_TOO_SMALL`.
+ */
+enum lb_status lb_journal_replay_busy(const struct lb_journal_replay *r,
+                                      size_t i,
+                                      uint8_t *buf,
+                                      size_t buf_len,
+                                      size_t *out_needed);
+
+/**
+ * Writes a pointer to the replay's scan report into `*out`: borrowed, valid
+ * until the replay result is freed (do not free it).
+ */
+enum lb_status lb_journal_replay_report(const struct lb_journal_replay *r,
+                                        const struct lb_journal_report **out);
+
+/**
+ * Frees a replay result and every settlement not taken from it (their
+ * claims stay with the journal until lb_journal_release_claim() or
+ * lb_journal_free()). NULL is a no-op.
+ */
+void lb_journal_replay_free(struct lb_journal_replay *r);
+
+/**
+ * Removes the record of `reservation_id` (`reservation_id_len` bytes of
+ * UTF-8, any character; J-5: only after a settlement ended in success or a
+ * rejection, or by an operator). `*out_removed` (if not NULL) says whether
+ * a record was there.
+ *
+ * Errors: the journal's (`LB_STATUS_JOURNAL_*`), `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_journal_remove(const struct lb_journal *j,
+                                 const char *reservation_id,
+                                 size_t reservation_id_len,
+                                 bool *out_removed);
+
+/**
+ * J-4: renames the record of `reservation_id` aside (`<stem>.corrupt`, or
+ * `<stem>.<n>.corrupt`: an earlier quarantined file is never replaced), for
+ * a record the caller's settlement refuses. `*out_moved` (if not NULL) says
+ * whether a record was there and moved.
+ *
+ * Errors: the journal's (`LB_STATUS_JOURNAL_*`), `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_journal_quarantine(const struct lb_journal *j,
+                                     const char *reservation_id,
+                                     size_t reservation_id_len,
+                                     bool *out_moved);
+
+/**
+ * Releases this journal's claim on `reservation_id` (J-6), if it holds one:
+ * for a settlement the caller gives up on without lb_journal_finish().
+ *
+ * Errors: `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_journal_release_claim(const struct lb_journal *j,
+                                        const char *reservation_id,
+                                        size_t reservation_id_len);
+
+/**
+ * Lists the partition as a replay would (J-4 quarantine of records that do
+ * not parse, J-8 migration of legacy names, stale temporary files removed),
+ * without claiming or settling anything: for operators' tools. On success
+ * `*out` owns the report: free it with lb_journal_report_free().
+ *
+ * Errors: the journal's (`LB_STATUS_JOURNAL_*`).
+ */
+enum lb_status lb_journal_scan(const struct lb_journal *j, struct lb_journal_report **out);
+
+/**
+ * Frees a report from lb_journal_scan(). NULL is a no-op. (A report
+ * borrowed from a replay result is freed with it, never here.)
+ */
+void lb_journal_report_free(struct lb_journal_report *r);
+
+/**
+ * Writes the report's counts into `*out`.
+ */
+enum lb_status lb_journal_report_counts(const struct lb_journal_report *r,
+                                        struct lb_journal_report_counts *out);
+
+/**
+ * Copies the `i`-th record of this server (the record file's JSON text,
+ * NUL-terminated) into `buf`, with the caller-buffer convention.
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (`i` out of range),
+ * `LB_STATUS_BUFFER_TOO_SMALL`.
+ */
+enum lb_status lb_journal_report_record(const struct lb_journal_report *r,
+                                        size_t i,
+                                        char *buf,
+                                        size_t buf_len,
+                                        size_t *out_needed);
+
+/**
+ * Copies the whole report as one JSON object (NUL-terminated) into `buf`,
+ * with the caller-buffer convention: `records` and `foreign` (the record
+ * texts), `quarantined` (`file`, `moved_to` or null, `reason`), `migrated`
+ * (`from`, `to`, `reservation_id`, `duplicate_removed`), `skipped` (`file`,
+ * `reason`), `reaped_temp_files`.
+ */
+enum lb_status lb_journal_report_json(const struct lb_journal_report *r,
+                                      char *buf,
+                                      size_t buf_len,
+                                      size_t *out_needed);
 
 /**
  * Makes a settlement configuration with the defaults (see
