@@ -802,7 +802,7 @@ typedef struct lb_journal lb_journal;
  * workers hold (busy, not returned), and the scan's report. Free with
  * lb_journal_replay_free() (settlements not taken are freed with it).
  */
-typedef struct lb_journal_replay lb_journal_replay;
+typedef struct lb_journal_replay_result lb_journal_replay_result;
 
 /**
  * What a scan of a partition found and did (opaque): the records of this
@@ -1442,7 +1442,7 @@ typedef struct lb_action {
 /**
  * The counts of an ::lb_journal_report.
  */
-typedef struct lb_journal_report_counts {
+typedef struct lb_journal_counts {
     /**
      * Valid records of this journal's server.
      */
@@ -1468,7 +1468,7 @@ typedef struct lb_journal_report_counts {
      * Stale temporary files removed.
      */
     size_t reaped_temp_files;
-} lb_journal_report_counts;
+} lb_journal_counts;
 
 /**
  * What the caller must do now: a value copy, valid after later calls.
@@ -2291,7 +2291,7 @@ enum lb_status lb_journal_dir(const struct lb_journal *j,
  * decision: free it with lb_settlement_decision_free().
  *
  * Errors: `LB_STATUS_NOT_OUTSTANDING` (`s` is not asking for a persist),
- * `LB_STATUS_TIME_WENT_BACKWARDS`, `LB_STATUS_STOPPED`,
+ * `LB_STATUS_STOPPED` (`s` has ended), `LB_STATUS_TIME_WENT_BACKWARDS`,
  * `LB_STATUS_NULL_ARGUMENT`. `s` is unchanged then.
  */
 enum lb_status lb_journal_persist(const struct lb_journal *j,
@@ -2329,12 +2329,12 @@ enum lb_status lb_journal_replay(const struct lb_journal *j,
                                  const struct lb_settlement_config *cfg,
                                  uint64_t now_ns,
                                  uint64_t wall_ms,
-                                 struct lb_journal_replay **out);
+                                 struct lb_journal_replay_result **out);
 
 /**
  * Writes how many settlements the replay returned into `*out`.
  */
-enum lb_status lb_journal_replay_count(const struct lb_journal_replay *r, size_t *out);
+enum lb_status lb_journal_replay_count(const struct lb_journal_replay_result *r, size_t *out);
 
 /**
  * Takes the `i`-th settlement of the replay: on success `*out` owns it
@@ -2342,7 +2342,7 @@ enum lb_status lb_journal_replay_count(const struct lb_journal_replay *r, size_t
  *
  * Errors: `LB_STATUS_INVALID_ARGUMENT` (`i` out of range, or already taken).
  */
-enum lb_status lb_journal_replay_take(struct lb_journal_replay *r,
+enum lb_status lb_journal_replay_take(struct lb_journal_replay_result *r,
                                       size_t i,
                                       struct lb_settlement **out);
 
@@ -2350,7 +2350,7 @@ enum lb_status lb_journal_replay_take(struct lb_journal_replay *r,
  * Writes how many records were busy (claimed by another worker or process:
  * not returned) into `*out`.
  */
-enum lb_status lb_journal_replay_busy_count(const struct lb_journal_replay *r, size_t *out);
+enum lb_status lb_journal_replay_busy_count(const struct lb_journal_replay_result *r, size_t *out);
 
 /**
  * Copies the reservation id of the `i`-th busy record into `buf` as bytes
@@ -2360,7 +2360,7 @@ enum lb_status lb_journal_replay_busy_count(const struct lb_journal_replay *r, s
  * Errors: `LB_STATUS_INVALID_ARGUMENT` (`i` out of range),
  * `LB_STATUS_BUFFER_TOO_SMALL`.
  */
-enum lb_status lb_journal_replay_busy(const struct lb_journal_replay *r,
+enum lb_status lb_journal_replay_busy(const struct lb_journal_replay_result *r,
                                       size_t i,
                                       uint8_t *buf,
                                       size_t buf_len,
@@ -2370,7 +2370,7 @@ enum lb_status lb_journal_replay_busy(const struct lb_journal_replay *r,
  * Writes a pointer to the replay's scan report into `*out`: borrowed, valid
  * until the replay result is freed (do not free it).
  */
-enum lb_status lb_journal_replay_report(const struct lb_journal_replay *r,
+enum lb_status lb_journal_replay_report(const struct lb_journal_replay_result *r,
                                         const struct lb_journal_report **out);
 
 /**
@@ -2378,7 +2378,7 @@ enum lb_status lb_journal_replay_report(const struct lb_journal_replay *r,
  * claims stay with the journal until lb_journal_release_claim() or
  * lb_journal_free()). NULL is a no-op.
  */
-void lb_journal_replay_free(struct lb_journal_replay *r);
+void lb_journal_replay_free(struct lb_journal_replay_result *r);
 
 /**
  * Removes the record of `reservation_id` (`reservation_id_len` bytes of
@@ -2436,7 +2436,7 @@ void lb_journal_report_free(struct lb_journal_report *r);
  * Writes the report's counts into `*out`.
  */
 enum lb_status lb_journal_report_counts(const struct lb_journal_report *r,
-                                        struct lb_journal_report_counts *out);
+                                        struct lb_journal_counts *out);
 
 /**
  * Copies the `i`-th record of this server (the record file's JSON text,

@@ -7,7 +7,9 @@
 #  4. tests/c under valgrind against the shared library
 #     (both replay every tests/vectors/*.json and tests/vectors/settlement/*.json
 #     and compare every decision with the Rust replay's `leasebeat replay --emit`,
-#     plus the API's negative tests and the adopt tests)
+#     plus the API's negative tests, the adopt tests and the journal tests,
+#     tests/c/journal.c: each in a temporary directory; its tmpfs cases need
+#     mount(2), i.e. root, and print a note when they cannot run)
 #  5. the header compiled as C++17
 #  6. ffi-c/install.sh into a temporary prefix (the real file, its SONAME link
 #     and the dev link are checked), then a consumer built through pkg-config
@@ -112,7 +114,7 @@ fi
 cflags=(-std=c11 -Wall -Wextra -Werror -pedantic -g -O1 -Iinclude)
 read -r -a cjson_cflags <<< "$(pkg-config --cflags libcjson)"
 read -r -a cjson_libs <<< "$(pkg-config --libs libcjson)"
-sources=(tests/c/replay.c tests/c/negative.c tests/c/driver.c tests/c/adopt.c tests/c/settle.c)
+sources=(tests/c/replay.c tests/c/negative.c tests/c/driver.c tests/c/adopt.c tests/c/settle.c tests/c/journal.c)
 syslibs=(-lpthread -ldl -lm)
 
 echo "==> [c] ASan+UBSan, static library"
@@ -132,7 +134,7 @@ if ! needed "$tmp/lb_test_shared" | grep -xF "$soname" >/dev/null; then
   echo "lb_test_shared does not need $soname: $(needed "$tmp/lb_test_shared" | tr '\n' ' ')" >&2
   exit 1
 fi
-timeout 900 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
+timeout 900 valgrind -q --suppressions=tests/c/valgrind.supp --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
   "$tmp/lb_test_shared" --server "$url" --fallback-server "$fallback_url" --server-log "$tmp/serve.log" "${emit_args[@]}" "${vectors[@]}" > "$tmp/valgrind.log" 2>&1 || {
     cat "$tmp/valgrind.log"; echo "valgrind run failed" >&2; exit 1; }
 grep -v '^ok [^ ]*$' "$tmp/valgrind.log" || true

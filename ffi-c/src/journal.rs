@@ -47,7 +47,7 @@ pub struct lb_journal_report {
 /// this server's records (each under this journal's claim), the ids other
 /// workers hold (busy, not returned), and the scan's report. Free with
 /// lb_journal_replay_free() (settlements not taken are freed with it).
-pub struct lb_journal_replay {
+pub struct lb_journal_replay_result {
     settlements: Vec<Option<Settlement>>,
     busy: Vec<String>,
     report: lb_journal_report,
@@ -56,7 +56,7 @@ pub struct lb_journal_replay {
 /// The counts of an ::lb_journal_report.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct lb_journal_report_counts {
+pub struct lb_journal_counts {
     /// Valid records of this journal's server.
     pub records: usize,
     /// Valid records of another server (not replayed, left alone).
@@ -149,6 +149,9 @@ mod glue {
     ) -> Result<SettlementDecision, Fail> {
         let text = match s.poll_action() {
             SettlementAction::Persist(r) => r.to_json(),
+            SettlementAction::Done(_) => {
+                return Err(Fail::new(lb_status::Stopped, "the settlement has ended"));
+            }
             _ => {
                 return Err(Fail::new(
                     lb_status::NotOutstanding,
@@ -385,7 +388,7 @@ pub extern "C" fn lb_journal_dir(
 /// decision: free it with lb_settlement_decision_free().
 ///
 /// Errors: `LB_STATUS_NOT_OUTSTANDING` (`s` is not asking for a persist),
-/// `LB_STATUS_TIME_WENT_BACKWARDS`, `LB_STATUS_STOPPED`,
+/// `LB_STATUS_STOPPED` (`s` has ended), `LB_STATUS_TIME_WENT_BACKWARDS`,
 /// `LB_STATUS_NULL_ARGUMENT`. `s` is unchanged then.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_journal_persist(
@@ -454,14 +457,14 @@ pub extern "C" fn lb_journal_replay(
     cfg: *const lb_settlement_config,
     now_ns: u64,
     wall_ms: u64,
-    out: *mut *mut lb_journal_replay,
+    out: *mut *mut lb_journal_replay_result,
 ) -> lb_status {
     with_journal(j, |j| {
         // SAFETY: `cfg` is NULL or a live configuration not mutated during the call.
         let cfg = unsafe { try_ref(cfg, "cfg") }?;
         check_out(out, "out")?;
         let r = glue::replay(&j.inner, &j.claims, cfg.retry, Now::new(now_ns, wall_ms))?;
-        let r = Box::into_raw(Box::new(lb_journal_replay {
+        let r = Box::into_raw(Box::new(lb_journal_replay_result {
             settlements: r.settlements.into_iter().map(Some).collect(),
             busy: r.busy,
             report: lb_journal_report { scan: r.scan },
@@ -473,8 +476,8 @@ pub extern "C" fn lb_journal_replay(
 }
 
 fn with_replay(
-    r: *const lb_journal_replay,
-    f: impl FnOnce(&lb_journal_replay) -> Result<(), Fail>,
+    r: *const lb_journal_replay_result,
+    f: impl FnOnce(&lb_journal_replay_result) -> Result<(), Fail>,
 ) -> lb_status {
     guard(|| {
         // SAFETY: `r` is NULL or a live replay result.
@@ -486,7 +489,7 @@ fn with_replay(
 /// Writes how many settlements the replay returned into `*out`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_journal_replay_count(
-    r: *const lb_journal_replay,
+    r: *const lb_journal_replay_result,
     out: *mut usize,
 ) -> lb_status {
     with_replay(r, |r| {
@@ -503,7 +506,7 @@ pub extern "C" fn lb_journal_replay_count(
 /// Errors: `LB_STATUS_INVALID_ARGUMENT` (`i` out of range, or already taken).
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_journal_replay_take(
-    r: *mut lb_journal_replay,
+    r: *mut lb_journal_replay_result,
     i: usize,
     out: *mut *mut lb_settlement,
 ) -> lb_status {
@@ -528,7 +531,7 @@ pub extern "C" fn lb_journal_replay_take(
 /// not returned) into `*out`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_journal_replay_busy_count(
-    r: *const lb_journal_replay,
+    r: *const lb_journal_replay_result,
     out: *mut usize,
 ) -> lb_status {
     with_replay(r, |r| {
@@ -547,7 +550,7 @@ pub extern "C" fn lb_journal_replay_busy_count(
 /// `LB_STATUS_BUFFER_TOO_SMALL`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_journal_replay_busy(
-    r: *const lb_journal_replay,
+    r: *const lb_journal_replay_result,
     i: usize,
     buf: *mut u8,
     buf_len: usize,
@@ -569,7 +572,7 @@ pub extern "C" fn lb_journal_replay_busy(
 /// until the replay result is freed (do not free it).
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_journal_replay_report(
-    r: *const lb_journal_replay,
+    r: *const lb_journal_replay_result,
     out: *mut *const lb_journal_report,
 ) -> lb_status {
     with_replay(r, |r| {
@@ -584,7 +587,7 @@ pub extern "C" fn lb_journal_replay_report(
 /// claims stay with the journal until lb_journal_release_claim() or
 /// lb_journal_free()). NULL is a no-op.
 #[unsafe(no_mangle)]
-pub extern "C" fn lb_journal_replay_free(r: *mut lb_journal_replay) {
+pub extern "C" fn lb_journal_replay_free(r: *mut lb_journal_replay_result) {
     let _ = guard(|| {
         if !r.is_null() {
             // SAFETY: a non-NULL `r` came from lb_journal_replay() and is freed
@@ -717,11 +720,11 @@ fn with_report(
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_journal_report_counts(
     r: *const lb_journal_report,
-    out: *mut lb_journal_report_counts,
+    out: *mut lb_journal_counts,
 ) -> lb_status {
     with_report(r, |s| {
         check_out(out, "out")?;
-        let c = lb_journal_report_counts {
+        let c = lb_journal_counts {
             records: s.records.len(),
             foreign: s.foreign.len(),
             quarantined: s.quarantined.len(),
