@@ -103,7 +103,11 @@ enum Command {
         /// Seed for probabilistic faults.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Append every request (and lapse) as one JSON line to this file.
+        /// Append every request (and lapse) as one JSON line to this file: endpoint, call
+        /// number, reservation id, `header_key`, body, fault, status, response and outcome
+        /// (`responded` | `dropped`); commit, release and events lines also carry `applied`
+        /// (true only when that request changed the ledger for the first time: false for a
+        /// same-key replay, a refusal or a fault that answered without applying).
         #[arg(long)]
         log: Option<PathBuf>,
         /// Accept only this X-Cycles-API-Key (default: any non-empty key).

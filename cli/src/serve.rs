@@ -870,7 +870,7 @@ async fn process(s: &Shared, arrived_ms: u64, req: HttpRequest) -> Option<(SimRe
     };
     let request_id = format!("req-{seq}");
     if !s.logging() {
-        let response = respond(s, &req, endpoint, fault.as_ref(), &request_id).await;
+        let response = respond(s, &req, endpoint, fault.as_ref(), &request_id, &mut None).await;
         return response.map(|r| (r, request_id));
     }
     let mut entry = json!({
@@ -887,8 +887,19 @@ async fn process(s: &Shared, arrived_ms: u64, req: HttpRequest) -> Option<(SimRe
         "body": String::from_utf8_lossy(&req.body),
         "fault": fault.as_ref().map(|f| f.text.clone()),
     });
-    let response = respond(s, &req, endpoint, fault.as_ref(), &request_id).await;
+    let mut applied = None;
+    let settling = matches!(
+        endpoint.as_ref().map(|(e, _)| *e),
+        Some(Endpoint::Commit | Endpoint::Release | Endpoint::Events)
+    );
+    let response = respond(s, &req, endpoint, fault.as_ref(), &request_id, &mut applied).await;
     let obj = entry.as_object_mut().expect("object");
+    if let Some(a) = applied {
+        obj.insert("applied".into(), Value::from(a));
+    } else if settling {
+        // Answered by a fault (or refused before the model): nothing applied.
+        obj.insert("applied".into(), Value::from(false));
+    }
     obj.insert("t_ms".into(), Value::from(s.now_ms()));
     match &response {
         Some(r) => {
@@ -916,6 +927,7 @@ async fn respond(
     routed: Option<(Endpoint, Option<String>)>,
     fault: Option<&FaultRule>,
     request_id: &str,
+    applied: &mut Option<bool>,
 ) -> Option<SimResponse> {
     let Some((endpoint, id)) = routed else {
         return Some(if req.method != "POST" && route(&req.target).is_some() {
@@ -963,7 +975,11 @@ async fn respond(
             }
             r
         }
-        None => apply(s, req, endpoint, id.as_deref().unwrap_or_default()),
+        None => {
+            let (r, a) = apply(s, req, endpoint, id.as_deref().unwrap_or_default());
+            *applied = a;
+            r
+        }
     };
     if let Some(f) = fault {
         if f.malformed && (200..300).contains(&response.status) {
@@ -1011,18 +1027,32 @@ pub fn http_date(t: std::time::SystemTime) -> String {
     )
 }
 
-/// Applies a request to the model at the server clock's now.
-fn apply(s: &Shared, req: &HttpRequest, endpoint: Endpoint, id: &str) -> SimResponse {
+/// Applies a request to the model at the server clock's now. Also says whether a commit,
+/// release or event changed the ledger (applied for the first time; `false` for a replay or
+/// a refusal) — for the request log's `applied`; `None` for creates and extensions.
+fn apply(
+    s: &Shared,
+    req: &HttpRequest,
+    endpoint: Endpoint,
+    id: &str,
+) -> (SimResponse, Option<bool>) {
     let header_key = req.header("x-idempotency-key");
     let mut st = lock(&s.state);
     let now = s.now_ms();
-    match endpoint {
+    let settled = |sim: &SimServer| sim.commits_total() + sim.releases_total() + sim.events_total();
+    let before = settled(&st.sim);
+    let response = match endpoint {
         Endpoint::Create => st.sim.create(now, header_key, &req.body),
         Endpoint::Extend => st.sim.extend(now, id, header_key, &req.body),
         Endpoint::Commit => st.sim.commit(now, id, header_key, &req.body),
         Endpoint::Release => st.sim.release(now, id, header_key, &req.body),
         Endpoint::Events => st.sim.event(now, header_key, &req.body),
-    }
+    };
+    let applied = match endpoint {
+        Endpoint::Create | Endpoint::Extend => None,
+        Endpoint::Commit | Endpoint::Release | Endpoint::Events => Some(settled(&st.sim) > before),
+    };
+    (response, applied)
 }
 
 /// `leasebeat serve`: prints `listening on http://ADDR` first, then runs

@@ -1648,6 +1648,35 @@ fn events_grace_and_settlement_faults() {
         .map(|e| e["status"].as_u64())
         .collect();
     assert_eq!(commits, [Some(410), Some(200)]);
+    // `applied`: whether the request changed the ledger for the first time (the dropped
+    // event was applied; its replays (the malformed 201 is one: body key ev-1), the fault
+    // answers and the refusals were not).
+    let applied = |endpoint: &str, id: Option<&str>| -> Vec<Option<bool>> {
+        serve
+            .requests(endpoint, id)
+            .iter()
+            .map(|e| e["applied"].as_bool())
+            .collect()
+    };
+    assert_eq!(
+        applied("events", None),
+        [
+            Some(true),
+            Some(false),
+            Some(false),
+            Some(false),
+            Some(false),
+            Some(false)
+        ]
+    );
+    assert_eq!(applied("commit", Some(&id)), [Some(false), Some(true)]);
+    let (st, _) = raw(u, &commit, &[auth], body);
+    assert_eq!(st, 200, "a same-key replay");
+    assert_eq!(
+        applied("commit", Some(&id)),
+        [Some(false), Some(true), Some(false)]
+    );
+    assert!(applied("create", None).iter().all(Option::is_none));
 }
 
 /// Issue 25, defect 6: the idempotency store is capped by count and bytes;

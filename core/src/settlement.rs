@@ -954,6 +954,12 @@ impl Settlement {
         &self.reservation_id
     }
 
+    /// The instant (caller nanoseconds) of the last event reported, or of the
+    /// settlement's construction: every later call must give a `now` no earlier.
+    pub fn last_event_ns(&self) -> u64 {
+        self.last_event_ns
+    }
+
     /// The settlement's one idempotency key (`""` for `no_actual`).
     pub fn key(&self) -> &str {
         &self.key

@@ -262,6 +262,10 @@ pub struct SimServer {
     events: HashMap<String, (Box<[u8]>, SimResponse)>,
     /// Events applied.
     events_total: u64,
+    /// Commits applied (replays not counted).
+    commits_total: u64,
+    /// Releases applied (replays not counted).
+    releases_total: u64,
     /// Bounds of the idempotency store (default: none).
     pub limits: StoreLimits,
     /// Records and bytes held now (create records of forgotten leases
@@ -371,6 +375,16 @@ impl SimServer {
     /// Events applied (`POST /v1/events`, replays not counted).
     pub fn events_total(&self) -> u64 {
         self.events_total
+    }
+
+    /// Commits applied (replays and refusals not counted).
+    pub fn commits_total(&self) -> u64 {
+        self.commits_total
+    }
+
+    /// Releases applied (replays and refusals not counted).
+    pub fn releases_total(&self) -> u64 {
+        self.releases_total
     }
 
     /// `POST /v1/events` at server time `now_ms` (`createEvent`): post-only
@@ -948,10 +962,12 @@ impl SimServer {
         lease.held.bytes += add.bytes;
         match which {
             Finalize::Commit => {
+                self.commits_total += 1;
                 lease.state = LeaseState::Committed;
                 lease.commit_keys.insert(key, (request, r.clone()));
             }
             Finalize::Release => {
+                self.releases_total += 1;
                 lease.state = LeaseState::Released;
                 lease.release_keys.insert(key, (request, r.clone()));
             }

@@ -30,6 +30,10 @@ pub enum JournalErrorKind {
     Corrupt,
     /// The file under the asked id's name holds another reservation id; it was left alone.
     Misplaced,
+    /// [`crate::journal::Journal::finish`] was given a settlement that has not ended, or
+    /// [`crate::journal::Journal::persist`] one that does not ask for a write: nothing was
+    /// touched.
+    NotFinished,
     /// Any other I/O error.
     Io,
 }
@@ -46,6 +50,7 @@ impl JournalErrorKind {
             JournalErrorKind::InvalidRecord => "invalid_record",
             JournalErrorKind::Corrupt => "corrupt",
             JournalErrorKind::Misplaced => "misplaced",
+            JournalErrorKind::NotFinished => "not_finished",
             JournalErrorKind::Io => "io",
         }
     }

@@ -44,6 +44,7 @@
 
 mod error;
 mod record;
+mod settle;
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -61,6 +62,7 @@ use sha2::{Digest, Sha256};
 
 pub use error::{JournalError, JournalErrorKind};
 pub use record::{JournalRecord, RECORD_VERSION, RecordMode};
+pub use settle::Replay;
 
 /// The environment variable naming the journal's base directory (as the SDKs read it).
 pub const JOURNAL_DIR_ENV: &str = "CYCLES_JOURNAL_DIR";
@@ -183,6 +185,37 @@ struct Inner {
     dir: PathBuf,
     fd: OwnedFd,
     base_url: String,
+    /// The claims this journal holds for its settlements ([`Journal::persist`],
+    /// [`Journal::replay`]), by reservation id; released by [`Journal::finish`],
+    /// [`Journal::release_claim`] or when the last clone is dropped.
+    claims: Mutex<HashMap<String, HeldClaim>>,
+}
+
+/// A claim held inside the journal (a [`Claim`] would keep the journal alive).
+struct HeldClaim {
+    name: String,
+    fd: OwnedFd,
+}
+
+impl Inner {
+    fn unlock(&self, held: HeldClaim) {
+        // The name goes first, then the lock (as `Claim::drop`): a waiter that locked the
+        // old inode sees the name gone and takes a fresh file.
+        let _ = rustix::fs::unlinkat(&self.fd, held.name.as_str(), AtFlags::empty());
+        drop(held.fd);
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let held: Vec<HeldClaim> = match self.claims.get_mut() {
+            Ok(map) => map.drain().map(|(_, h)| h).collect(),
+            Err(poisoned) => poisoned.into_inner().drain().map(|(_, h)| h).collect(),
+        };
+        for h in held {
+            self.unlock(h);
+        }
+    }
 }
 
 /// One partition of the journal, open. Cheap to clone (shared descriptor); `Send + Sync`.
@@ -315,6 +348,7 @@ impl Journal {
                 dir,
                 fd,
                 base_url: base_url.to_owned(),
+                claims: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -596,6 +630,15 @@ impl Journal {
     /// it, `None` if another holder (this or another process) has it. Released when the
     /// [`Claim`] is dropped, and by the OS when the process exits or is killed.
     pub fn claim(&self, reservation_id: &str) -> Result<Option<Claim>, JournalError> {
+        Ok(self.lock_claim(reservation_id)?.map(|held| Claim {
+            journal: self.clone(),
+            name: held.name,
+            reservation_id: reservation_id.to_owned(),
+            _fd: held.fd,
+        }))
+    }
+
+    fn lock_claim(&self, reservation_id: &str) -> Result<Option<HeldClaim>, JournalError> {
         let name = claim_file_name(reservation_id);
         for _ in 0..16 {
             let fd = rustix::fs::openat(
@@ -622,12 +665,7 @@ impl Journal {
                 .map_err(|e| JournalError::io("stat claim file", &self.path(&name), errno(e)))?;
             match rustix::fs::statat(&self.inner.fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(now) if now.st_ino == held.st_ino && now.st_dev == held.st_dev => {
-                    return Ok(Some(Claim {
-                        journal: self.clone(),
-                        name,
-                        reservation_id: reservation_id.to_owned(),
-                        _fd: fd,
-                    }));
+                    return Ok(Some(HeldClaim { name, fd }));
                 }
                 Ok(_) | Err(Errno::NOENT) => continue,
                 Err(e) => {

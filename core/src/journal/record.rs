@@ -9,25 +9,10 @@ use serde_json::value::RawValue;
 /// The only record version written and accepted (`_RECORD_VERSION` of journal.py).
 pub const RECORD_VERSION: u64 = 1;
 
-/// Which request a record settles with: a commit, or the expired-commit event fallback
-/// (ST-5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RecordMode {
-    /// `POST /v1/reservations/{id}/commit` with `commit_body`.
-    Commit,
-    /// `POST /v1/events` with `event_fallback_body`.
-    Event,
-}
-
-impl RecordMode {
-    /// The record's `mode` member: `"commit"` or `"event"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecordMode::Commit => "commit",
-            RecordMode::Event => "event",
-        }
-    }
-}
+/// Which request a record settles with: the settlement's own [`RecordMode`] (one enum for
+/// both record types: the journal's lenient [`JournalRecord`] and the settlement's strict
+/// [`crate::SettlementRecord`]).
+pub use crate::settlement::RecordMode;
 
 /// One pending settlement as stored in its file.
 ///
