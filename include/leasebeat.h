@@ -155,9 +155,8 @@ typedef enum lb_status {
      */
     LB_STATUS_JOURNAL_NO_DIRECTORY = 114,
     /**
-     * The record (or the call) is not one the journal can take: an empty
-     * reservation id, a missing body, a settlement that has not finished.
-     * Journal kind `invalid_record`.
+     * The record is not one the journal can take: an empty reservation id,
+     * a missing body. Journal kind `invalid_record`.
      */
     LB_STATUS_JOURNAL_INVALID_RECORD = 115,
     /**
@@ -174,6 +173,11 @@ typedef enum lb_status {
      * Any other I/O error of the journal. Journal kind `io`.
      */
     LB_STATUS_JOURNAL_IO = 118,
+    /**
+     * lb_journal_finish() was given a settlement that has not ended: nothing
+     * was touched. Journal kind `not_finished`.
+     */
+    LB_STATUS_JOURNAL_NOT_FINISHED = 119,
 } lb_status;
 
 /**
@@ -2305,7 +2309,7 @@ enum lb_status lb_journal_persist(const struct lb_journal *j,
  * releases this journal's claim on the reservation. A settlement without a
  * record (a release, `no_actual`) only releases the claim.
  *
- * Errors: `LB_STATUS_JOURNAL_INVALID_RECORD` (`s` is not done; nothing is
+ * Errors: `LB_STATUS_JOURNAL_NOT_FINISHED` (`s` is not done; nothing is
  * touched), the journal's errors of the removal (`LB_STATUS_JOURNAL_*`).
  */
 enum lb_status lb_journal_finish(const struct lb_journal *j, const struct lb_settlement *s);

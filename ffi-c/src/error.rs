@@ -76,9 +76,8 @@ pub enum lb_status {
     /// No journal directory was given, `CYCLES_JOURNAL_DIR` is unset and
     /// there is no home directory. Journal kind `no_directory`.
     JournalNoDirectory = 114,
-    /// The record (or the call) is not one the journal can take: an empty
-    /// reservation id, a missing body, a settlement that has not finished.
-    /// Journal kind `invalid_record`.
+    /// The record is not one the journal can take: an empty reservation id,
+    /// a missing body. Journal kind `invalid_record`.
     JournalInvalidRecord = 115,
     /// A stored record did not parse or validate (J-4): it was renamed aside
     /// (quarantined). Journal kind `corrupt`.
@@ -88,11 +87,14 @@ pub enum lb_status {
     JournalMisplaced = 117,
     /// Any other I/O error of the journal. Journal kind `io`.
     JournalIo = 118,
+    /// lb_journal_finish() was given a settlement that has not ended: nothing
+    /// was touched. Journal kind `not_finished`.
+    JournalNotFinished = 119,
 }
 
 impl lb_status {
     /// Every status, in a fixed order.
-    pub(crate) const ALL: [lb_status; 24] = [
+    pub(crate) const ALL: [lb_status; 25] = [
         lb_status::Ok,
         lb_status::InvalidConfig,
         lb_status::InvalidArgument,
@@ -117,6 +119,7 @@ impl lb_status {
         lb_status::JournalCorrupt,
         lb_status::JournalMisplaced,
         lb_status::JournalIo,
+        lb_status::JournalNotFinished,
     ];
 
     /// The status of a core error kind. Exhaustive on purpose: a new core
@@ -164,6 +167,7 @@ impl lb_status {
             lb_status::JournalCorrupt => "journal_corrupt",
             lb_status::JournalMisplaced => "journal_misplaced",
             lb_status::JournalIo => "journal_io",
+            lb_status::JournalNotFinished => "journal_not_finished",
         }
     }
 
@@ -194,6 +198,7 @@ impl lb_status {
             lb_status::JournalCorrupt => b"journal_corrupt\0",
             lb_status::JournalMisplaced => b"journal_misplaced\0",
             lb_status::JournalIo => b"journal_io\0",
+            lb_status::JournalNotFinished => b"journal_not_finished\0",
         }
     }
 }

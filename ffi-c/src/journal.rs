@@ -5,8 +5,8 @@
 //! Thin on purpose: the record's layout, the file names, the atomic writes,
 //! quarantine, claims and migration all live in the core's `journal` module.
 //! This module converts pointers, maps the journal's error kinds to
-//! `lb_status` values (`LB_STATUS_JOURNAL_*`, 110..=118) and drives the
-//! journal's settlement glue (persist, finish, replay).
+//! `lb_status` values (`LB_STATUS_JOURNAL_*`, 110..=119) and calls the
+//! journal's settlement glue (`Journal::persist`, `finish`, `replay`).
 
 use std::ffi::c_char;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,6 @@ use crate::settlement::{
 /// journal is freed, and by the OS when the process exits or is killed.
 pub struct lb_journal {
     inner: Journal,
-    claims: glue::Claims,
 }
 
 /// What a scan of a partition found and did (opaque): the records of this
@@ -85,6 +84,7 @@ impl lb_status {
             JournalErrorKind::InvalidRecord => lb_status::JournalInvalidRecord,
             JournalErrorKind::Corrupt => lb_status::JournalCorrupt,
             JournalErrorKind::Misplaced => lb_status::JournalMisplaced,
+            JournalErrorKind::NotFinished => lb_status::JournalNotFinished,
             JournalErrorKind::Io => lb_status::JournalIo,
         }
     }
@@ -96,168 +96,10 @@ impl From<JournalError> for Fail {
     }
 }
 
-/// The journal glue until the core's `Journal::persist/finish/replay` land:
-/// the same semantics, on the journal's public write/claim/remove/scan.
-mod glue {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-
-    use leasebeat::journal::{Claim, Journal, JournalRecord, Quarantined};
-    use leasebeat::{
-        Now, RecordUpdate, RetryPolicy, Settlement, SettlementAction, SettlementDecision,
-    };
-
-    use crate::error::{Fail, lb_status};
-
-    /// The claims one `lb_journal` holds (the core's journal will hold them itself).
-    pub(super) type Claims = Mutex<HashMap<String, Claim>>;
-
-    fn lock(c: &Claims) -> std::sync::MutexGuard<'_, HashMap<String, Claim>> {
-        c.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Takes this journal's claim on `id` unless it holds it: `Ok(false)` when
-    /// another worker or process holds it.
-    pub(super) fn take_claim(
-        j: &Journal,
-        claims: &Claims,
-        id: &str,
-    ) -> Result<bool, leasebeat::journal::JournalError> {
-        let mut map = lock(claims);
-        if map.contains_key(id) {
-            return Ok(true);
-        }
-        match j.claim(id)? {
-            Some(c) => {
-                map.insert(id.to_owned(), c);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    pub(super) fn release_claim(claims: &Claims, id: &str) {
-        let claim = lock(claims).remove(id);
-        drop(claim);
-    }
-
-    pub(super) fn persist(
-        j: &Journal,
-        claims: &Claims,
-        s: &mut Settlement,
-        now_ns: u64,
-    ) -> Result<SettlementDecision, Fail> {
-        let text = match s.poll_action() {
-            SettlementAction::Persist(r) => r.to_json(),
-            SettlementAction::Done(_) => {
-                return Err(Fail::new(lb_status::Stopped, "the settlement has ended"));
-            }
-            _ => {
-                return Err(Fail::new(
-                    lb_status::NotOutstanding,
-                    "the settlement is not asking for a persist",
-                ));
-            }
-        };
-        let id = s.reservation_id().to_owned();
-        let written: Result<(), String> = (|| {
-            let record = JournalRecord::from_json(text.as_bytes())
-                .map_err(|m| format!("journal invalid_record: {m}"))?;
-            // J-6: a live settlement takes the claim before its first write.
-            let _ = take_claim(j, claims, &id);
-            j.write(&record).map_err(|e| e.to_string())
-        })();
-        Ok(match written {
-            Ok(()) => s.handle_persisted(now_ns)?,
-            Err(m) => s.handle_persist_failed(&m, now_ns)?,
-        })
-    }
-
-    pub(super) fn finish(j: &Journal, claims: &Claims, s: &Settlement) -> Result<(), Fail> {
-        if s.outcome().is_none() {
-            return Err(Fail::new(
-                lb_status::JournalInvalidRecord,
-                "settlement not finished: lb_journal_finish() is for a settlement that is done",
-            ));
-        }
-        if s.record().is_some() && s.last_decision().record == Some(RecordUpdate::Remove) {
-            j.remove(s.reservation_id())?;
-        }
-        release_claim(claims, s.reservation_id());
-        Ok(())
-    }
-
-    pub(super) struct Replayed {
-        pub settlements: Vec<Settlement>,
-        pub busy: Vec<String>,
-        pub scan: leasebeat::journal::Scan,
-    }
-
-    pub(super) fn replay(
-        j: &Journal,
-        claims: &Claims,
-        retry: RetryPolicy,
-        now: Now,
-    ) -> Result<Replayed, Fail> {
-        retry.validate()?;
-        let mut scan = j.scan()?;
-        let mut settlements = Vec::new();
-        let mut busy = Vec::new();
-        for record in &scan.records {
-            let id = record.reservation_id.as_str();
-            if !take_claim(j, claims, id)? {
-                busy.push(id.to_owned());
-                continue;
-            }
-            // Another worker may have settled it since the scan.
-            let current = match j.load(id) {
-                Ok(Some(r)) => r,
-                Ok(None) => {
-                    release_claim(claims, id);
-                    continue;
-                }
-                Err(e) => {
-                    release_claim(claims, id);
-                    if let Some(to) = e.quarantined_to() {
-                        scan.quarantined.push(Quarantined {
-                            file: leasebeat::journal::record_file_name(id),
-                            moved_to: to.file_name().map(|n| n.to_string_lossy().into_owned()),
-                            reason: e.message().to_owned(),
-                        });
-                    }
-                    continue;
-                }
-            };
-            let text = current.to_json().map_err(Fail::invalid)?;
-            match Settlement::from_record_json(text.as_bytes(), retry, now) {
-                Ok(s) => settlements.push(s),
-                Err(e) => {
-                    let moved = j.quarantine(id).ok().flatten();
-                    release_claim(claims, id);
-                    scan.quarantined.push(Quarantined {
-                        file: leasebeat::journal::record_file_name(id),
-                        moved_to: moved
-                            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())),
-                        reason: e.message().to_owned(),
-                    });
-                }
-            }
-        }
-        Ok(Replayed {
-            settlements,
-            busy,
-            scan,
-        })
-    }
-}
-
 // ----- opening -----
 
 fn boxed_journal(out: *mut *mut lb_journal, inner: Journal) {
-    let j = Box::into_raw(Box::new(lb_journal {
-        inner,
-        claims: glue::Claims::default(),
-    }));
+    let j = Box::into_raw(Box::new(lb_journal { inner }));
     // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
     unsafe { write_out(out, j) };
 }
@@ -407,7 +249,7 @@ pub extern "C" fn lb_journal_persist(
         return status;
     };
     mutate(s, |s| {
-        let d = glue::persist(&journal.inner, &journal.claims, s, now_ns)?;
+        let d = journal.inner.persist(s, now_ns)?;
         if !out_decision.is_null() {
             let d = Box::into_raw(Box::new(lb_settlement_decision { inner: d }));
             // SAFETY: non-NULL; the caller promises it is writable.
@@ -422,7 +264,7 @@ pub extern "C" fn lb_journal_persist(
 /// releases this journal's claim on the reservation. A settlement without a
 /// record (a release, `no_actual`) only releases the claim.
 ///
-/// Errors: `LB_STATUS_JOURNAL_INVALID_RECORD` (`s` is not done; nothing is
+/// Errors: `LB_STATUS_JOURNAL_NOT_FINISHED` (`s` is not done; nothing is
 /// touched), the journal's errors of the removal (`LB_STATUS_JOURNAL_*`).
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_journal_finish(j: *const lb_journal, s: *const lb_settlement) -> lb_status {
@@ -435,7 +277,7 @@ pub extern "C" fn lb_journal_finish(j: *const lb_journal, s: *const lb_settlemen
     let Some(journal) = journal else {
         return status;
     };
-    read(s, |s| glue::finish(&journal.inner, &journal.claims, s))
+    read(s, |s| Ok(journal.inner.finish(s)?))
 }
 
 /// J-6, SP-4: scans the partition (quarantining, migrating and reporting on
@@ -463,7 +305,8 @@ pub extern "C" fn lb_journal_replay(
         // SAFETY: `cfg` is NULL or a live configuration not mutated during the call.
         let cfg = unsafe { try_ref(cfg, "cfg") }?;
         check_out(out, "out")?;
-        let r = glue::replay(&j.inner, &j.claims, cfg.retry, Now::new(now_ns, wall_ms))?;
+        cfg.retry.validate()?;
+        let r = j.inner.replay(cfg.retry, Now::new(now_ns, wall_ms))?;
         let r = Box::into_raw(Box::new(lb_journal_replay_result {
             settlements: r.settlements.into_iter().map(Some).collect(),
             busy: r.busy,
@@ -665,7 +508,7 @@ pub extern "C" fn lb_journal_release_claim(
 ) -> lb_status {
     with_journal(j, |j| {
         let id = id_arg(reservation_id, reservation_id_len)?;
-        glue::release_claim(&j.claims, id);
+        j.inner.release_claim(id);
         Ok(())
     })
 }

@@ -227,7 +227,7 @@ static void test_round_trip(void) {
     lb_settlement *s = commit(cfg, id, strlen(id), 0, WALL0);
     CHECK(action(s).kind == LB_SETTLEMENT_ACTION_KIND_PERSIST);
     /* lb_journal_finish before the end: refused, nothing touched. */
-    EXPECT(lb_journal_finish(j, s), LB_STATUS_JOURNAL_INVALID_RECORD);
+    EXPECT(lb_journal_finish(j, s), LB_STATUS_JOURNAL_NOT_FINISHED);
     CHECK(count_files(dir, "v2-", ".json", NULL, 0) == 0);
     lb_settlement_decision_info info;
     EXPECT(persist(j, s, MS, &info, NULL, 0), LB_STATUS_OK);
@@ -484,7 +484,9 @@ static void test_quarantine(void) {
     r = replay(j, cfg, 20 * MS, WALL0 + 20);
     c = report_counts(r);
     CHECK(c.migrated == 1 && c.quarantined == 1);
-    CHECK(replay_count(r) == 1); /* r-fine, claimed by this journal already */
+    size_t busy = 0;
+    EXPECT(lb_journal_replay_busy_count(r, &busy), LB_STATUS_OK);
+    CHECK(replay_count(r) == 0 && busy == 1); /* r-fine: this journal's settlement holds it */
     lb_journal_replay_free(r);
     CHECK(count_files(dir, "v2-", ".corrupt", NULL, 0) == 3);
     /* An id with NUL through the operators' calls (explicit length): the journal takes it. */
@@ -831,7 +833,8 @@ static void test_api(void) {
     CHECK(strcmp(lb_status_str(LB_STATUS_JOURNAL_CORRUPT), "journal_corrupt") == 0);
     CHECK(strcmp(lb_status_str(LB_STATUS_JOURNAL_MISPLACED), "journal_misplaced") == 0);
     CHECK(strcmp(lb_status_str(LB_STATUS_JOURNAL_IO), "journal_io") == 0);
-    CHECK(LB_STATUS_JOURNAL_NOT_WRITABLE == 110 && LB_STATUS_JOURNAL_IO == 118);
+    CHECK(strcmp(lb_status_str(LB_STATUS_JOURNAL_NOT_FINISHED), "journal_not_finished") == 0);
+    CHECK(LB_STATUS_JOURNAL_NOT_WRITABLE == 110 && LB_STATUS_JOURNAL_IO == 118 && LB_STATUS_JOURNAL_NOT_FINISHED == 119);
     lb_settlement_free(s);
     lb_journal_free(j);
     lb_settlement_config_free(cfg);
