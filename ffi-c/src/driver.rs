@@ -301,6 +301,8 @@ impl lb_event {
                 e.error_message = Some(error.to_string());
                 e
             }
+            // Settlement events: not in this ABI yet (filtered in `dispatch`).
+            other => lb_event::blank(lb_event_kind::Error, other.lease().0, None),
         }
     }
 }
@@ -353,6 +355,15 @@ fn dispatch(
     // Ends when the core's timer thread has exited and dropped its sender,
     // after every event was delivered.
     for event in events.iter() {
+        if matches!(
+            event,
+            Event::HeartbeatFailure { .. }
+                | Event::Settlement { .. }
+                | Event::Settled { .. }
+                | Event::Journal { .. }
+        ) {
+            continue;
+        }
         let Ok(event) = catch_unwind(AssertUnwindSafe(|| lb_event::from_core(event))) else {
             continue;
         };
@@ -370,6 +381,7 @@ fn driver_error(e: DriverError) -> Fail {
         e @ DriverError::BadUrl(_) => Fail::invalid(e.to_string()),
         // Says why, never the key.
         e @ DriverError::BadApiKey(_) => Fail::invalid(e.to_string()),
+        e => Fail::invalid(e.to_string()),
     }
 }
 
@@ -442,7 +454,9 @@ impl lb_driver {
         if let Some(d) = driver {
             // The only reference left: every `off_thread` call has joined.
             match Arc::try_unwrap(d) {
-                Ok(d) => d.shutdown(),
+                Ok(d) => {
+                    d.shutdown();
+                }
                 Err(d) => drop(d),
             }
         }
@@ -499,6 +513,8 @@ pub extern "C" fn lb_driver_new(
             return Err(Fail::invalid("max_workers must be at least 1"));
         }
         let mut config = DriverConfig::new(base_url, ApiKey::new(api_key));
+        // No journal in this ABI yet (the C driver's settlement API comes later).
+        config.journal = leasebeat::driver::JournalOptions::disabled();
         config.max_workers = max_workers;
         let (driver, events) = Driver::new(config).map_err(driver_error)?;
         let user_data = UserData(user_data);
@@ -675,7 +691,7 @@ pub extern "C" fn lb_driver_release(
         };
         check_out(out, "out")?;
         let (id, reason) = (id.to_owned(), reason.map(str::to_owned));
-        let result = d.off_thread(move |driver| driver.release(&id, reason.as_deref()))?;
+        let result = d.off_thread(move |driver| driver.release_once(&id, reason.as_deref()))?;
         // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, finalize_result(result)) };
         Ok(())
@@ -709,7 +725,7 @@ pub extern "C" fn lb_driver_commit(
         let actual: Map<String, Value> = serde_json::from_str(actual)
             .map_err(|e| Fail::invalid(format!("actual_json is not a JSON object: {e}")))?;
         let id = id.to_owned();
-        let result = d.off_thread(move |driver| driver.commit(&id, Value::Object(actual)))?;
+        let result = d.off_thread(move |driver| driver.commit_once(&id, Value::Object(actual)))?;
         // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, finalize_result(result)) };
         Ok(())
