@@ -43,6 +43,10 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+# The driver's journal is on by default (at $CYCLES_JOURNAL_DIR, else
+# ~/.runcycles/commit-journal): every program of this stage journals into the
+# stage's temporary directory, never into the home directory.
+export CYCLES_JOURNAL_DIR="$tmp/journal"
 
 # start_server NAME [serve options...]: starts `leasebeat serve` on 127.0.0.1
 # port 0 in the background; sets $server_url and $server_pid.

@@ -61,6 +61,8 @@ pub enum lb_status {
     /// lb_driver_shutdown() and lb_driver_free() wait for the callback's own
     /// thread to finish.
     InCallback = 105,
+    /// A bounded wait ended before what it waited for (lb_settling_wait()).
+    TimedOut = 106,
     /// The journal directory (or a record in it) cannot be written: permission
     /// denied, a read-only file system. Journal kind `not_writable`.
     JournalNotWritable = 110,
@@ -94,7 +96,7 @@ pub enum lb_status {
 
 impl lb_status {
     /// Every status, in a fixed order.
-    pub(crate) const ALL: [lb_status; 25] = [
+    pub(crate) const ALL: [lb_status; 26] = [
         lb_status::Ok,
         lb_status::InvalidConfig,
         lb_status::InvalidArgument,
@@ -110,6 +112,7 @@ impl lb_status {
         lb_status::Panic,
         lb_status::ShutDown,
         lb_status::InCallback,
+        lb_status::TimedOut,
         lb_status::JournalNotWritable,
         lb_status::JournalSymlink,
         lb_status::JournalNoSpace,
@@ -158,6 +161,7 @@ impl lb_status {
             lb_status::Panic => "panic",
             lb_status::ShutDown => "shut_down",
             lb_status::InCallback => "in_callback",
+            lb_status::TimedOut => "timed_out",
             lb_status::JournalNotWritable => "journal_not_writable",
             lb_status::JournalSymlink => "journal_symlink",
             lb_status::JournalNoSpace => "journal_no_space",
@@ -189,6 +193,7 @@ impl lb_status {
             lb_status::Panic => b"panic\0",
             lb_status::ShutDown => b"shut_down\0",
             lb_status::InCallback => b"in_callback\0",
+            lb_status::TimedOut => b"timed_out\0",
             lb_status::JournalNotWritable => b"journal_not_writable\0",
             lb_status::JournalSymlink => b"journal_symlink\0",
             lb_status::JournalNoSpace => b"journal_no_space\0",

@@ -36,6 +36,8 @@ pub mod buf;
 pub mod decision;
 #[cfg(feature = "driver")]
 pub mod driver;
+#[cfg(feature = "driver")]
+pub mod driver_settle;
 pub mod error;
 mod fork;
 pub mod heartbeat;
@@ -49,6 +51,8 @@ pub use arith::*;
 pub use decision::*;
 #[cfg(feature = "driver")]
 pub use driver::*;
+#[cfg(feature = "driver")]
+pub use driver_settle::*;
 pub use error::*;
 pub use heartbeat::*;
 pub use journal::*;

@@ -84,7 +84,7 @@ pub enum lb_settle_mode {
 }
 
 impl lb_settle_mode {
-    fn from_core(m: SettleMode) -> lb_settle_mode {
+    pub(crate) fn from_core(m: SettleMode) -> lb_settle_mode {
         match m {
             SettleMode::Commit => lb_settle_mode::Commit,
             SettleMode::Event => lb_settle_mode::Event,
@@ -92,7 +92,7 @@ impl lb_settle_mode {
         }
     }
 
-    fn from_endpoint(e: leasebeat::Endpoint) -> lb_settle_mode {
+    pub(crate) fn from_endpoint(e: leasebeat::Endpoint) -> lb_settle_mode {
         match e {
             leasebeat::Endpoint::Commit => lb_settle_mode::Commit,
             leasebeat::Endpoint::Event => lb_settle_mode::Event,
@@ -137,7 +137,7 @@ pub enum lb_settle_outcome {
 }
 
 impl lb_settle_outcome {
-    fn from_core(o: SettleOutcome) -> lb_settle_outcome {
+    pub(crate) fn from_core(o: SettleOutcome) -> lb_settle_outcome {
         match o {
             SettleOutcome::Committed => lb_settle_outcome::Committed,
             SettleOutcome::Applied => lb_settle_outcome::Applied,
@@ -151,7 +151,7 @@ impl lb_settle_outcome {
         }
     }
 
-    fn from_option(o: Option<SettleOutcome>) -> lb_settle_outcome {
+    pub(crate) fn from_option(o: Option<SettleOutcome>) -> lb_settle_outcome {
         o.map_or(lb_settle_outcome::None, lb_settle_outcome::from_core)
     }
 }
