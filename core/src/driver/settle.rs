@@ -142,7 +142,7 @@ impl Usage {
 /// `subject` and `action`, as JSON text. A lease started from a create
 /// knows them from its create body; an adopted reservation gets them here.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventBody(pub(crate) Vec<u8>);
+pub struct EventBody(pub(crate) Arc<[u8]>);
 
 impl EventBody {
     /// `{"subject": subject, "action": action}`.
@@ -150,12 +150,12 @@ impl EventBody {
         let mut m = Map::new();
         m.insert("subject".into(), subject);
         m.insert("action".into(), action);
-        EventBody(serde_json::to_vec(&m).unwrap_or_default())
+        EventBody(serde_json::to_vec(&m).unwrap_or_default().into())
     }
 
     /// The body as JSON text (checked by the core when a settlement uses it).
     pub fn from_json(text: impl Into<Vec<u8>>) -> EventBody {
-        EventBody(text.into())
+        EventBody(text.into().into())
     }
 
     /// `subject` and `action` of a create body, if it has both.

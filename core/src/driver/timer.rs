@@ -429,6 +429,8 @@ pub(crate) struct Timer {
     /// When the slack next decays (driver clock, ns).
     slack_decay_at_ns: u64,
     max_wait: Duration,
+    /// Event bodies shared by the leases that have the same one (at most 64).
+    event_bodies: Vec<EventBody>,
     /// Settlements in progress, by lease.
     settles: HashMap<LeaseHandle, Box<SettleSlot>>,
     /// Due settlement attempts: (due ns, lease, attempt id).
@@ -501,11 +503,23 @@ impl Timer {
             slack_ns: INITIAL_TIMER_SLACK_NS,
             slack_decay_at_ns: 0,
             max_wait: Duration::from_millis(max_wait_ms),
+            event_bodies: Vec::new(),
             settles: HashMap::new(),
             settle_due: BinaryHeap::new(),
             ended: HashMap::new(),
             setup: None,
         }
+    }
+
+    /// One shared copy of an event body (leases of one kind of work share it).
+    fn intern_event(&mut self, body: EventBody) -> EventBody {
+        if let Some(b) = self.event_bodies.iter().find(|b| b.0 == body.0) {
+            return b.clone();
+        }
+        if self.event_bodies.len() < 64 {
+            self.event_bodies.push(body.clone());
+        }
+        body
     }
 
     /// Takes the settlement settings; queues the start replay.
@@ -1082,6 +1096,19 @@ impl Timer {
             }),
             _ => None,
         };
+        // The create's subject and action, for the settlement's event
+        // fallback: the heartbeat drops its create members once the create
+        // succeeds, so they are read here, while it is outstanding.
+        let create_members = match (&report, &c.result) {
+            (Some(r), Ok(resp))
+                if r.kind == AttemptKind::Create
+                    && resp.status / 100 == 2
+                    && slot.extra.as_ref().is_none_or(|e| e.event.is_none()) =>
+            {
+                slot.hb.create_request()
+            }
+            _ => None,
+        };
         let result = match c.result {
             Ok(response) => slot.hb.handle_response(c.attempt_id, response, observed),
             Err(failure) => slot.hb.handle_failure(c.attempt_id, failure, observed),
@@ -1089,6 +1116,22 @@ impl Timer {
         match result {
             Ok(decision) => {
                 slot.in_flight = false;
+                if let Some(members) = create_members {
+                    if decision.reservation_id.is_some() {
+                        if let Some(body) = EventBody::from_create(&members) {
+                            let body = self.intern_event(body);
+                            let slot = self.leases.get_mut(&c.lease).expect("present");
+                            slot.extra
+                                .get_or_insert_with(|| {
+                                    Box::new(LeaseExtra {
+                                        event: None,
+                                        policy: FailurePolicy::Warn,
+                                    })
+                                })
+                                .event = Some(body);
+                        }
+                    }
+                }
                 self.emit(c.lease, report, outcome, observed, decision);
             }
             Err(e) => match e.kind() {
@@ -1301,10 +1344,7 @@ impl Timer {
         let Some(reservation_id) = slot.hb.reservation_id().map(str::to_owned) else {
             return;
         };
-        let event = match slot.extra.as_ref().and_then(|e| e.event.clone()) {
-            Some(e) => Some(e),
-            None => EventBody::from_create(&slot.hb.config().create_request),
-        };
+        let event = slot.extra.as_ref().and_then(|e| e.event.clone());
         self.ended.insert(
             lease,
             EndedLease {
@@ -1344,10 +1384,7 @@ impl Timer {
                             let _ = ack.send(Err(DriverError::NoReservation(lease)));
                             return;
                         };
-                        let event = match slot.extra.as_ref().and_then(|e| e.event.clone()) {
-                            Some(e) => Some(e),
-                            None => EventBody::from_create(&slot.hb.config().create_request),
-                        };
+                        let event = slot.extra.as_ref().and_then(|e| e.event.clone());
                         let fof = slot
                             .extra
                             .as_ref()
@@ -1387,7 +1424,7 @@ impl Timer {
             SettleKind::Commit { usage, event } => {
                 let mut c = SettlementConfig::commit(reservation_id.clone(), Vec::new());
                 c.commit = usage.into_body();
-                c.event = event.or(default_event.clone()).map(|e| e.0);
+                c.event = event.or(default_event.clone()).map(|e| e.0.to_vec());
                 c
             }
             SettleKind::Release { reason } => {
