@@ -610,30 +610,6 @@ typedef enum lb_settle_outcome {
 } lb_settle_outcome;
 
 /**
- * The heartbeat failure policy of a lease (HP-1). Under every policy each
- * failed heartbeat attempt and each stop that is not a cancel is reported
- * (`LB_EVENT_KIND_HEARTBEAT_FAILURE`) and the final settlement runs.
- */
-typedef enum lb_failure_policy {
-    /**
-     * Report and carry on (the default).
-     */
-    LB_FAILURE_POLICY_WARN = 0,
-    /**
-     * Also ask the work to stop, once, when the heartbeat stops for any
-     * reason but a cancel: through the lease's cancellation flag
-     * (lb_lease_options_set_cancel_flag()) or callback
-     * (lb_lease_options_set_cancel_callback()).
-     */
-    LB_FAILURE_POLICY_CANCEL = 1,
-    /**
-     * The settlement runs; its result then carries the heartbeat's failure
-     * (`failed_after_heartbeat`).
-     */
-    LB_FAILURE_POLICY_FAIL_ON_FINALIZE = 2,
-} lb_failure_policy;
-
-/**
  * The kind of an ::lb_action.
  */
 typedef enum lb_action_kind {
@@ -1433,6 +1409,17 @@ typedef struct lb_event_info {
 } lb_event_info;
 
 /**
+ * The heartbeat failure policy of a lease (HP-1), one of
+ * `LB_FAILURE_POLICY_WARN`, `LB_FAILURE_POLICY_CANCEL`,
+ * `LB_FAILURE_POLICY_FAIL_ON_FINALIZE`. A plain integer (not a C enum) so
+ * that an out-of-range value from C is refused, never undefined behaviour.
+ * Under every policy each failed heartbeat attempt and each stop that is
+ * not a cancel is reported (`LB_EVENT_KIND_HEARTBEAT_FAILURE`) and the
+ * final settlement runs.
+ */
+typedef uint32_t lb_failure_policy;
+
+/**
  * The plain fields of a settlement's end, copied out by
  * lb_settle_result_get().
  */
@@ -1823,6 +1810,25 @@ typedef struct lb_settlement_decision_info {
      */
     bool has_detail;
 } lb_settlement_decision_info;
+
+/**
+ * Report and carry on (the default).
+ */
+#define LB_FAILURE_POLICY_WARN 0
+
+/**
+ * Also ask the work to stop, once, when the heartbeat stops for any reason
+ * but a cancel: through the lease's cancellation flag
+ * (lb_lease_options_set_cancel_flag()) or callback
+ * (lb_lease_options_set_cancel_callback()).
+ */
+#define LB_FAILURE_POLICY_CANCEL 1
+
+/**
+ * The settlement runs; its result then carries the heartbeat's failure
+ * (`failed_after_heartbeat`).
+ */
+#define LB_FAILURE_POLICY_FAIL_ON_FINALIZE 2
 
 /**
  * The create got an HTTP response (`status`, `headers`, `body`).
@@ -2418,8 +2424,7 @@ enum lb_status lb_lease_options_set_event(struct lb_lease_options *opts, const c
  * lb_lease_options_set_cancel_callback() (here it needs one of them set
  * before: `LB_STATUS_INVALID_ARGUMENT` otherwise).
  */
-enum lb_status lb_lease_options_set_policy(struct lb_lease_options *opts,
-                                           enum lb_failure_policy policy);
+enum lb_status lb_lease_options_set_policy(struct lb_lease_options *opts, lb_failure_policy policy);
 
 /**
  * Sets the policy to `LB_FAILURE_POLICY_CANCEL` with `flag` (shared: the

@@ -10,7 +10,8 @@
 #     plus the API's negative tests, the adopt tests and the journal tests,
 #     tests/c/journal.c: each in a temporary directory; its tmpfs cases need
 #     mount(2), i.e. root, and print a note when they cannot run)
-#  5. the header compiled as C++17
+#  5. tests/c/recovery.c (the 12 recovery scenarios through the C driver
+#     against `leasebeat serve`, ASan+UBSan), then the header compiled as C++17
 #  6. ffi-c/install.sh into a temporary prefix (the real file, its SONAME link
 #     and the dev link are checked), then a consumer built through pkg-config
 #     (no rpath: it runs with LD_LIBRARY_PATH=PREFIX/lib, so the SONAME link
@@ -118,7 +119,7 @@ fi
 cflags=(-std=c11 -Wall -Wextra -Werror -pedantic -g -O1 -Iinclude)
 read -r -a cjson_cflags <<< "$(pkg-config --cflags libcjson)"
 read -r -a cjson_libs <<< "$(pkg-config --libs libcjson)"
-sources=(tests/c/replay.c tests/c/negative.c tests/c/driver.c tests/c/adopt.c tests/c/settle.c tests/c/journal.c)
+sources=(tests/c/replay.c tests/c/negative.c tests/c/driver.c tests/c/adopt.c tests/c/settle.c tests/c/journal.c tests/c/driver_settle.c)
 syslibs=(-lpthread -ldl -lm)
 
 echo "==> [c] ASan+UBSan, static library"
@@ -142,6 +143,17 @@ timeout 900 valgrind -q --suppressions=tests/c/valgrind.supp --leak-check=full -
   "$tmp/lb_test_shared" --server "$url" --fallback-server "$fallback_url" --server-log "$tmp/serve.log" "${emit_args[@]}" "${vectors[@]}" > "$tmp/valgrind.log" 2>&1 || {
     cat "$tmp/valgrind.log"; echo "valgrind run failed" >&2; exit 1; }
 grep -v '^ok [^ ]*$' "$tmp/valgrind.log" || true
+
+echo "==> [c] the recovery scenarios through the C driver (tests/c/recovery.c, ASan+UBSan)"
+# Each test starts its own `leasebeat serve` with the faults it needs and
+# re-executes this program for restarts (SIGKILL) and the concurrent replay.
+"$CC" "${cflags[@]}" "${cjson_cflags[@]}" -fsanitize=address,undefined -fno-sanitize-recover=all \
+  -fno-omit-frame-pointer tests/c/recovery.c "$target/release/libleasebeat.a" "${cjson_libs[@]}" "${syslibs[@]}" \
+  -o "$tmp/recovery_c"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+LEASEBEAT_BIN="$target/release/leasebeat" timeout 300 "$tmp/recovery_c" > "$tmp/recovery.log" 2> "$tmp/recovery.err" || {
+  cat "$tmp/recovery.err" "$tmp/recovery.log"; echo "recovery scenarios failed" >&2; exit 1; }
+cat "$tmp/recovery.log"
 
 echo "==> [c] the header as C++17"
 "$CXX" -std=c++17 -Wall -Wextra -Werror -pedantic -fsyntax-only -Iinclude tests/c/header_check.cpp
@@ -256,3 +268,4 @@ echo "example agent, server killed mid-run: stopped $killed_stop"
 echo "SONAME: $soname; installed consumers (pkg-config, CMake shared/static) run"
 echo "ASan+UBSan (static): $(tail -n 1 "$tmp/asan.log")"
 echo "valgrind (shared):   $(tail -n 1 "$tmp/valgrind.log")"
+echo "recovery (ASan+UBSan): $(tail -n 1 "$tmp/recovery.log")"

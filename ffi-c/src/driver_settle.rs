@@ -553,22 +553,30 @@ pub extern "C" fn lb_driver_journal_dir(
 
 // ----- lease options, HP-1 -----
 
-/// The heartbeat failure policy of a lease (HP-1). Under every policy each
-/// failed heartbeat attempt and each stop that is not a cancel is reported
-/// (`LB_EVENT_KIND_HEARTBEAT_FAILURE`) and the final settlement runs.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum lb_failure_policy {
-    /// Report and carry on (the default).
-    Warn = 0,
-    /// Also ask the work to stop, once, when the heartbeat stops for any
-    /// reason but a cancel: through the lease's cancellation flag
-    /// (lb_lease_options_set_cancel_flag()) or callback
-    /// (lb_lease_options_set_cancel_callback()).
-    Cancel = 1,
-    /// The settlement runs; its result then carries the heartbeat's failure
-    /// (`failed_after_heartbeat`).
-    FailOnFinalize = 2,
+/// The heartbeat failure policy of a lease (HP-1), one of
+/// `LB_FAILURE_POLICY_WARN`, `LB_FAILURE_POLICY_CANCEL`,
+/// `LB_FAILURE_POLICY_FAIL_ON_FINALIZE`. A plain integer (not a C enum) so
+/// that an out-of-range value from C is refused, never undefined behaviour.
+/// Under every policy each failed heartbeat attempt and each stop that is
+/// not a cancel is reported (`LB_EVENT_KIND_HEARTBEAT_FAILURE`) and the
+/// final settlement runs.
+pub type lb_failure_policy = u32;
+/// Report and carry on (the default).
+pub const LB_FAILURE_POLICY_WARN: lb_failure_policy = 0;
+/// Also ask the work to stop, once, when the heartbeat stops for any reason
+/// but a cancel: through the lease's cancellation flag
+/// (lb_lease_options_set_cancel_flag()) or callback
+/// (lb_lease_options_set_cancel_callback()).
+pub const LB_FAILURE_POLICY_CANCEL: lb_failure_policy = 1;
+/// The settlement runs; its result then carries the heartbeat's failure
+/// (`failed_after_heartbeat`).
+pub const LB_FAILURE_POLICY_FAIL_ON_FINALIZE: lb_failure_policy = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Policy {
+    Warn,
+    Cancel,
+    FailOnFinalize,
 }
 
 /// A cancellation flag (opaque) shared between the driver and the work:
@@ -697,19 +705,19 @@ enum CancelWith {
 /// lb_lease_options_free(); only read when a lease starts.
 pub struct lb_lease_options {
     event: Option<Vec<u8>>,
-    policy: lb_failure_policy,
+    policy: Policy,
     cancel: CancelWith,
 }
 
 impl lb_lease_options {
     pub(crate) fn to_core(&self) -> LeaseOptions {
         let policy = match (self.policy, &self.cancel) {
-            (lb_failure_policy::Warn, _) => FailurePolicy::Warn,
-            (lb_failure_policy::FailOnFinalize, _) => FailurePolicy::FailOnFinalize,
-            (lb_failure_policy::Cancel, CancelWith::Flag(t)) => {
+            (Policy::Warn, _) => FailurePolicy::Warn,
+            (Policy::FailOnFinalize, _) => FailurePolicy::FailOnFinalize,
+            (Policy::Cancel, CancelWith::Flag(t)) => {
                 FailurePolicy::Cancel(Canceller::Token(t.clone()))
             }
-            (lb_failure_policy::Cancel, CancelWith::Callback(f, data)) => {
+            (Policy::Cancel, CancelWith::Callback(f, data)) => {
                 let (f, data) = (*f, Arc::clone(data));
                 FailurePolicy::Cancel(Canceller::Callback(Arc::new(move |failure| {
                     let event = failure_event(failure);
@@ -719,7 +727,7 @@ impl lb_lease_options {
                 })))
             }
             // Refused when set; unreachable.
-            (lb_failure_policy::Cancel, CancelWith::None) => FailurePolicy::Warn,
+            (Policy::Cancel, CancelWith::None) => FailurePolicy::Warn,
         };
         LeaseOptions {
             event: self.event.clone().map(EventBody::from_json),
@@ -746,7 +754,7 @@ pub extern "C" fn lb_lease_options_new(out: *mut *mut lb_lease_options) -> lb_st
         check_out(out, "out")?;
         let o = Box::new(lb_lease_options {
             event: None,
-            policy: lb_failure_policy::Warn,
+            policy: Policy::Warn,
             cancel: CancelWith::None,
         });
         // SAFETY: checked non-NULL; writable by the caller's promise.
@@ -796,17 +804,17 @@ pub extern "C" fn lb_lease_options_set_policy(
     policy: lb_failure_policy,
 ) -> lb_status {
     with_options(opts, |o| {
-        let p = match policy as i32 {
-            0 => lb_failure_policy::Warn,
-            1 => lb_failure_policy::Cancel,
-            2 => lb_failure_policy::FailOnFinalize,
+        let p = match policy {
+            LB_FAILURE_POLICY_WARN => Policy::Warn,
+            LB_FAILURE_POLICY_CANCEL => Policy::Cancel,
+            LB_FAILURE_POLICY_FAIL_ON_FINALIZE => Policy::FailOnFinalize,
             v => {
                 return Err(Fail::invalid(format!(
                     "unknown lb_failure_policy value {v}"
                 )));
             }
         };
-        if p == lb_failure_policy::Cancel && matches!(o.cancel, CancelWith::None) {
+        if p == Policy::Cancel && matches!(o.cancel, CancelWith::None) {
             return Err(Fail::invalid(
                 "LB_FAILURE_POLICY_CANCEL needs a cancellation flag or callback \
                  (lb_lease_options_set_cancel_flag / _set_cancel_callback)",
@@ -828,7 +836,7 @@ pub extern "C" fn lb_lease_options_set_cancel_flag(
         // SAFETY: `flag` is NULL or a live flag.
         let f = unsafe { try_ref(flag, "flag") }?;
         o.cancel = CancelWith::Flag(f.token.clone());
-        o.policy = lb_failure_policy::Cancel;
+        o.policy = Policy::Cancel;
         Ok(())
     })
 }
@@ -850,7 +858,7 @@ pub extern "C" fn lb_lease_options_set_cancel_callback(
             return Err(Fail::null("callback"));
         };
         o.cancel = CancelWith::Callback(cb, Arc::new(CallbackData(user_data)));
-        o.policy = lb_failure_policy::Cancel;
+        o.policy = Policy::Cancel;
         Ok(())
     })
 }
