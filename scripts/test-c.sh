@@ -219,7 +219,7 @@ echo "==> [c] the example agent (examples/c-agent) under valgrind against $url"
 # first connection can take longer than 400 ms (the schedule is the same:
 # the attempt budget is at least 1000 ms either way).
 agent_rc=0
-timeout 300 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
+timeout 300 valgrind -q --suppressions=tests/c/valgrind.supp --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
   "$tmp/agent" "$url" agent-key 1000 > "$tmp/agent.log" 2>&1 || agent_rc=$?
 cat "$tmp/agent.log"
 if [ "$agent_rc" -ne 0 ] || grep -q '^==[0-9]*==' "$tmp/agent.log" || ! grep -q '^ok: ' "$tmp/agent.log"; then
