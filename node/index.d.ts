@@ -159,6 +159,98 @@ export declare class Heartbeat {
 }
 
 /**
+ * One partition of the durable settlement journal (J-1..J-8), open: one
+ * file per pending settlement (`v2-<sha256 of the id>.json`, 0600, in a
+ * 0700 directory, symbolic links never followed), written atomically and
+ * fsync'd before the request it guards, interchangeable with the official
+ * SDKs' journal.
+ *
+ * `Journal.open({ dir?, baseUrl, apiKey, tenant? })` opens the partition of
+ * a server and principal under `dir`, else `CYCLES_JOURNAL_DIR`, else
+ * `~/.runcycles/commit-journal`. Every method is synchronous (a few system
+ * calls and at most two fsyncs) and throws a `JournalError` (code
+ * `ERR_LEASEBEAT_JOURNAL`, `kind`) for what the file system refuses, a
+ * `TypeError`/`RangeError` (`ERR_LEASEBEAT_INVALID_ARGUMENT`) for bad
+ * arguments.
+ */
+export declare class Journal {
+  /**
+   * Opens (creating it 0700 if needed) the partition of `baseUrl` and the
+   * principal (`tenant` when given and not blank, else `apiKey`; the key
+   * itself is never stored) under `dir`, else `CYCLES_JOURNAL_DIR`, else
+   * `~/.runcycles/commit-journal`.
+   *
+   * Throws a `JournalError` of kind `'symlink'` (the directory or the
+   * partition is a symbolic link: never followed), `'not_writable'`,
+   * `'not_a_directory'`, `'no_directory'`, `'no_space'` or `'io'`.
+   */
+  static open(options: JournalOpenOptions): Journal
+  /**
+   * Opens (creating if needed) the partition directory `dir` itself, for
+   * records of `baseUrl` (for tools given a partition path). `dir`'s
+   * parent must exist.
+   */
+  static openPartition(dir: string, baseUrl: string): Journal
+  /** The partition directory (an absolute or relative path as opened). */
+  get dir(): string
+  /** The server this journal's records (and replay) are for. */
+  get baseUrl(): string
+  /**
+   * Does what a settlement's `persist` action asks (J-1): writes its
+   * record durably, takes this journal's claim on the reservation (J-6),
+   * and returns the settlement's decision (`handlePersisted`). A failed
+   * write does not throw: the decision carries warning `persist_failed`
+   * and the journal's message in `detail` (SP-3: the request still goes).
+   *
+   * Throws `ERR_LEASEBEAT_STOPPED` (or another core code) when the
+   * settlement is not asking for a persist.
+   */
+  persist(settlement: Settlement, now: number | bigint): SettlementDecision
+  /**
+   * Once `settlement` is done: applies its final record update (J-5:
+   * removes the record, or keeps it for a later replay) and releases this
+   * journal's claim on it. Throws a `JournalError` (kind
+   * `'not_finished'`) if the settlement is not done; nothing is touched
+   * then.
+   */
+  finish(settlement: Settlement): void
+  /**
+   * Replay (J-6, SP-4): scans the partition (quarantine J-4, migration
+   * J-8), then claims every record of this server and rebuilds its
+   * settlement from the record alone; a record another worker or process
+   * holds is listed in `busy`, a record the settlement refuses is
+   * quarantined. `options`: `{ now, wallMs, retry? }`.
+   */
+  replay(options: ReplayOptions): JournalReplay
+  /**
+   * Lists the partition (quarantining, migrating and reporting on the
+   * way, as `replay` does) without claiming or rebuilding anything: for
+   * operators and tests.
+   */
+  scan(): JournalScan
+  /** Removes the record of `reservationId`; `true` if there was one. */
+  remove(reservationId: string): boolean
+  /**
+   * Renames the record of `reservationId` aside (J-4) and returns its new
+   * path, `null` if there is no record. Never deletes it.
+   */
+  quarantine(reservationId: string): string | null
+  /**
+   * Releases this journal's claim on `reservationId` (if held), e.g. for
+   * a replayed settlement this process will not drive after all.
+   */
+  releaseClaim(reservationId: string): void
+  /**
+   * Closes this object and releases the claims it holds (they are also
+   * released when it is garbage-collected, and by the OS when the process
+   * ends). Idempotent; every later call throws `ERR_LEASEBEAT_CLOSED`.
+   */
+  close(): void
+  /** Whether `close()` was called. */
+  get closed(): boolean
+}
+
+/**
  * The settlement of one reservation: a sans-IO state machine (rules
  * ST-1..ST-11 of the settlement contract, all decided by the Rust core).
  *
@@ -490,7 +582,7 @@ export type Endpoint = 'commit' | 'event' | 'release'
  * Every `code` an error thrown by this package can carry. The strings are
  * stable; the core's kinds appear as `ERR_LEASEBEAT_<CORE_CODE_UPPER>`.
  */
-export type ErrorCode = 'ERR_LEASEBEAT_INVALID_CONFIG' | 'ERR_LEASEBEAT_INVALID_ARGUMENT' | 'ERR_LEASEBEAT_TIME_WENT_BACKWARDS' | 'ERR_LEASEBEAT_NOT_OUTSTANDING' | 'ERR_LEASEBEAT_NOT_SENT' | 'ERR_LEASEBEAT_ALREADY_SENT' | 'ERR_LEASEBEAT_STOPPED' | 'ERR_LEASEBEAT_INVALID_KEY' | 'ERR_LEASEBEAT_CLOSED' | 'ERR_LEASEBEAT_POISONED'
+export type ErrorCode = 'ERR_LEASEBEAT_INVALID_CONFIG' | 'ERR_LEASEBEAT_INVALID_ARGUMENT' | 'ERR_LEASEBEAT_TIME_WENT_BACKWARDS' | 'ERR_LEASEBEAT_NOT_OUTSTANDING' | 'ERR_LEASEBEAT_NOT_SENT' | 'ERR_LEASEBEAT_ALREADY_SENT' | 'ERR_LEASEBEAT_STOPPED' | 'ERR_LEASEBEAT_INVALID_KEY' | 'ERR_LEASEBEAT_CLOSED' | 'ERR_LEASEBEAT_POISONED' | 'ERR_LEASEBEAT_JOURNAL'
 
 /** Every error `code` this package can throw, in a fixed order. */
 export declare function errorCodes(): Array<ErrorCode>
@@ -567,6 +659,110 @@ export interface HeartbeatOptions {
 
 /** The fallback's "hold" cadence: `max(1000, min(ttl / 2, 30000))`. */
 export declare function holdCadence(ttlMs: number | bigint): number | bigint
+
+/** A legacy-named record migrated to its `v2-` name (J-8). */
+export interface JournalMigrated {
+  /** The legacy file name. */
+  from: string
+  /** The `v2-` file name. */
+  to: string
+  /** The stored reservation id. */
+  reservationId: string
+  /** A `v2-` record of that id already existed: the legacy file was removed. */
+  duplicateRemoved: boolean
+}
+
+/** The options of `Journal.open(options)`. Unknown properties are refused. */
+export interface JournalOpenOptions {
+  /**
+   * The base directory; absent: `CYCLES_JOURNAL_DIR`, else
+   * `~/.runcycles/commit-journal`. Created 0700 if missing; never
+   * followed if it is a symbolic link.
+   */
+  dir?: string
+  /** The server the records settle against (part of the partition name). */
+  baseUrl: string
+  /**
+   * The API key: names the partition (hashed) when no tenant is given;
+   * never stored.
+   */
+  apiKey: string
+  /**
+   * The tenant: when given and not blank the partition is the tenant's,
+   * so a rotated API key finds the same records.
+   */
+  tenant?: string | null
+}
+
+/** A record quarantined (renamed aside, J-4) by a scan or a replay. */
+export interface JournalQuarantined {
+  /** Its file name in the partition. */
+  file: string
+  /** Its new name, `null` if the rename failed. */
+  movedTo: string | null
+  /** Why it was refused. */
+  reason: string
+}
+
+/** One valid record found by `scan()` (read only: replay goes through `replay`). */
+export interface JournalRecordInfo {
+  /** The exact reservation id. */
+  reservationId: string
+  /** The server the record settles against. */
+  baseUrl: string
+  /** `'commit'` or `'event'`. */
+  mode: RecordMode
+  /** When the record was written (Unix ms). */
+  recordedAtMs: number
+  /** No request before this wall-clock instant (Unix ms), or `null`. */
+  notBeforeMs: number | null
+}
+
+/**
+ * What `replay()` returns: the settlements to drive (each one's claim is
+ * held by this journal until `finish` or `releaseClaim`), the ids claimed by
+ * another worker or process (not returned), and the scan's findings.
+ */
+export interface JournalReplay {
+  /**
+   * One settlement per record of this server that this journal claimed,
+   * rebuilt from the record alone (SP-4). Drive each like a new one and
+   * call `journal.finish(settlement)` when it is done.
+   */
+  settlements: Settlement[]
+  /** Reservation ids whose record another worker or process is settling. */
+  busy: Array<string>
+  /** Records renamed aside (J-4), including those the settlement refused. */
+  quarantined: Array<JournalQuarantined>
+  /** Legacy-named records migrated (J-8). */
+  migrated: Array<JournalMigrated>
+  /** Files left alone, with why. */
+  skipped: Array<JournalSkipped>
+}
+
+/** What `scan()` found and did. */
+export interface JournalScan {
+  /** Valid records of this journal's server, in file name order. */
+  records: Array<JournalRecordInfo>
+  /** Valid records of another server (left alone). */
+  foreign: Array<JournalRecordInfo>
+  /** Records renamed aside (J-4). */
+  quarantined: Array<JournalQuarantined>
+  /** Legacy-named records migrated (J-8). */
+  migrated: Array<JournalMigrated>
+  /** Files left alone, with why. */
+  skipped: Array<JournalSkipped>
+  /** Stale temporary files removed. */
+  reapedTempFiles: number
+}
+
+/** A `.json` file a scan left alone (a symbolic link, a misplaced record, ...). */
+export interface JournalSkipped {
+  /** Its file name. */
+  file: string
+  /** Why it was left alone. */
+  reason: string
+}
 
 /** Whether an attempt uses a new idempotency key or the previous attempt's. */
 export type KeyUse = 'new' | 'same'
@@ -684,6 +880,19 @@ export type RecordUpdate =
   | { type: 'write'; mode: RecordMode; notBeforeMs: number | bigint | null }
   | { type: 'remove' }
   | { type: 'keep' }
+
+/** The options of `journal.replay(options)`. Unknown properties are refused. */
+export interface ReplayOptions {
+  /**
+   * The monotonic clock now (ms as a `number`, or ns as a `bigint`), the
+   * settlements' time origin.
+   */
+  now: number | bigint
+  /** The wall clock now (Unix ms): `not_before_ms` floors are measured on it. */
+  wallMs: number | bigint
+  /** The retry policy of the rebuilt settlements; absent: the defaults. */
+  retry?: RetryOptions
+}
 
 /**
  * An HTTP response to the outstanding attempt, as raw as it arrived.

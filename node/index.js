@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.Heartbeat = nativeBinding.Heartbeat
+module.exports.Journal = nativeBinding.Journal
 module.exports.Settlement = nativeBinding.Settlement
 module.exports.ActionType = nativeBinding.ActionType
 module.exports.attemptBudget = nativeBinding.attemptBudget

@@ -1,5 +1,5 @@
 // Declarations of the runner (runner.js, hand-written).
-import type { Attempt, Decision, Heartbeat, StopReason } from './index.js'
+import type { Attempt, Decision, Heartbeat, Journal, JournalMigrated, JournalQuarantined, JournalSkipped, OutcomeClass, RetryOptions, SettleAttempt, SettleMode, SettleOutcome, Settlement, SettlementDecision, StopReason } from './index.js'
 
 /**
  * The platform's `AbortSignal` (from the DOM library or `@types/node`); a
@@ -19,16 +19,20 @@ export declare const PROVEN_FOREVER_NS: bigint
 
 /** One request the runner asks a transport to perform. */
 export interface TransportRequest {
-  /** `'create'` and `'extend'` are the heartbeat's attempts; `'release'` and `'commit'` end the lease (`finalize`). */
-  kind: 'create' | 'extend' | 'release' | 'commit'
+  /**
+   * `'create'` and `'extend'` are the heartbeat's attempts; `'commit'`,
+   * `'event'` (`POST /v1/events`, the expired-commit fallback) and
+   * `'release'` end the lease (a `Settler`, or `finalize`).
+   */
+  kind: 'create' | 'extend' | 'release' | 'commit' | 'event'
   /** The reservation (path parameter); `null` for a create. */
   reservationId: string | null
   /** The idempotency key: send it as `X-Idempotency-Key` (it is also the body's `idempotency_key`). */
   key: string
   /** The exact JSON request body; a same-key retry must send exactly these bytes. */
   body: Uint8Array<ArrayBuffer>
-  /** The core's attempt (`null` for a release or commit). */
-  attempt: Attempt | null
+  /** The core's attempt: the heartbeat's, a settlement's, or `null` for `finalize`. */
+  attempt: Attempt | SettleAttempt | null
 }
 
 /** The complete response to one request, as raw as it arrived. */
@@ -106,14 +110,20 @@ export interface JeopardyEvent {
   lateMs?: number
 }
 
-/** The outcome of the release or commit sent after the stop (`finalize`). */
+/** The outcome of the release or commit settled after the stop (`finalize`). */
 export interface FinalizeResult {
   kind: 'release' | 'commit'
   reservationId: string
-  key: string
-  /** The HTTP status, or `null` when the request failed (`error`). */
+  /** The settlement's one key; `null` when it could not start (`error`). */
+  key: string | null
+  /** The last HTTP status, or `null` when no response came. */
   status: number | null
+  /** Why the settlement could not start (a bad commit body, a journal that cannot open), else `null`. */
   error: unknown
+  /** How the settlement ended (`'committed'`, `'released'`, `'exhausted'`, ...), `null` with `error`. */
+  outcome: SettleOutcome | null
+  /** The whole settlement result, `null` with `error`. */
+  result: SettleResult | null
 }
 
 /** The options of `runHeartbeat`. */
@@ -136,7 +146,8 @@ export interface RunOptions {
   onJeopardy?: (event: JeopardyEvent) => void
   /**
    * After the stop, release the reservation (`'release'`) or commit it
-   * (`{ commit: { actual: { unit, amount }, ... } }`) through the transport,
+   * (`{ commit: { actual: { unit, amount }, ... } }`) through a `Settlement`
+   * (one key, retries, the event fallback; a commit journaled first) and the transport,
    * unless the server already ended it (finalized, not found) or none was
    * created. After `expired` it is sent all the same: a server may accept it
    * for a grace period after expiry; its answer goes to `onFinalize`.
@@ -145,6 +156,13 @@ export interface RunOptions {
   finalize?: 'release' | { commit: Record<string, unknown> } | null
   /** The outcome of that release or commit. */
   onFinalize?: (result: FinalizeResult) => void
+  /**
+   * The journal of a `finalize` commit: `{ dir?, tenant? }` (default `{}`:
+   * `CYCLES_JOURNAL_DIR`, else `~/.runcycles/commit-journal`) or `false`.
+   */
+  journal?: { dir?: string; tenant?: string | null } | false
+  /** Partition that journal by tenant. */
+  tenant?: string | null
   /**
    * The monotonic clock of the heartbeat: every time the heartbeat saw
    * before (e.g. an adopted create's `sentAt`/`receivedAt`) must come from
@@ -169,3 +187,224 @@ export declare function runHeartbeat (heartbeat: Heartbeat, options?: RunOptions
 
 /** The event loop's current measured timer slack in ms (0.2 .. 20). */
 export declare function timerSlack (): number
+
+// ----- settlement through the journal -----
+
+/** A journal failure kind (the core's stable names). */
+export type JournalErrorKind = 'not_writable' | 'symlink' | 'no_space' | 'not_a_directory' | 'no_directory' | 'invalid_record' | 'corrupt' | 'misplaced' | 'not_finished' | 'io'
+
+/**
+ * What a `Journal` throws for what the file system refuses (code
+ * `ERR_LEASEBEAT_JOURNAL`). `err instanceof JournalError` holds for the
+ * errors the native addon throws.
+ */
+export declare class JournalError extends Error {
+  constructor (kind: JournalErrorKind, message?: string, options?: { cause?: unknown; path?: string | null; quarantinedTo?: string | null })
+  readonly code: 'ERR_LEASEBEAT_JOURNAL'
+  readonly kind: JournalErrorKind
+  /** The path concerned, if any. */
+  readonly path: string | null
+  /** Where a corrupt record was renamed to, if it was. */
+  readonly quarantinedTo: string | null
+}
+
+/** How one settlement ended (or stopped: `outcome` `null` after `Settler.close`). */
+export interface SettleResult {
+  reservationId: string
+  /** The settlement's one idempotency key (ST-1). */
+  key: string
+  mode: SettleMode
+  /** `null` only when the settler was closed first (the record stays on disk). */
+  outcome: SettleOutcome | null
+  /** `committed`, `applied` (event fallback) or `released`. */
+  ok: boolean
+  /** The last decision's error code and HTTP status, if any. */
+  code: string | null
+  status: number | null
+  /** The durable record stays on disk for a later replay (J-5). */
+  recordKept: boolean
+  /** Every decision of the settlement, in order. */
+  decisions: SettlementDecision[]
+  lastDecision: SettlementDecision
+  /** A failure of `journal.finish` (the record stays), else `null`. */
+  journalError: Error | null
+}
+
+/** What the replay on start did (`Settler.replayed`, `onReplay`). */
+export interface ReplayReport {
+  /** One result per record of this partition settled by this process. */
+  settled: SettleResult[]
+  /** Records another worker or process is settling (J-6). */
+  busy: string[]
+  /** Records renamed aside (J-4): never replayed, never deleted. */
+  quarantined: JournalQuarantined[]
+  /** Legacy-named records migrated (J-8). */
+  migrated: JournalMigrated[]
+  /** Files left alone, with why. */
+  skipped: JournalSkipped[]
+}
+
+/** The options of `new Settler(options)`. */
+export interface SettlerOptions {
+  /** The server (records are partitioned by it; replay settles only its records). */
+  baseUrl: string
+  /** The API key (the default transport's; names the partition, hashed, when no tenant is given; never stored). */
+  apiKey?: string
+  /** Partition by tenant: a rotated API key finds the same records. */
+  tenant?: string | null
+  /** The caller's HTTP client (it must also handle `kind: 'event'`); default: `fetchTransport({ baseUrl, apiKey })`. */
+  transport?: Transport
+  /**
+   * The journal: `{ dir?, tenant? }` (default `{}`: `CYCLES_JOURNAL_DIR`,
+   * else `~/.runcycles/commit-journal`), an open `Journal`, or `false` to
+   * opt out (nothing durable: a crash loses the usage).
+   */
+  journal?: { dir?: string; tenant?: string | null } | Journal | false
+  /** The settlements' retry policy; default the core's (4 attempts, 500 ms .. 30 s backoff). */
+  retry?: RetryOptions
+  /** Per-request timeout (ms) of a settlement attempt. Default 10000. */
+  requestTimeoutMs?: number
+  /** Replay the partition on start (default `true`). */
+  replay?: boolean
+  /** Every settlement decision. */
+  onDecision?: (event: { reservationId: string; decision: SettlementDecision }) => void
+  /** The replay report, once every replayed settlement ended. Without it, quarantines are process warnings. */
+  onReplay?: (report: ReplayReport) => void
+  /** The monotonic clock (ms number or ns bigint). Default `performance.now`. */
+  clock?: () => number | bigint
+}
+
+/**
+ * Settles reservations through the core's `Settlement` and the durable
+ * `Journal` of one server and principal: the record is written before the
+ * first request leaves (J-1), retries reuse the one key, `Retry-After`
+ * floors are persisted, an expired commit falls back to an event when
+ * subject and action are known. Replays its partition on start, in the
+ * background (`replayed`). Its timers never keep the process alive: await
+ * the results or `flush(timeoutMs)` before exiting; what is unresolved stays
+ * on disk for the next start.
+ */
+export declare class Settler {
+  constructor (options: SettlerOptions)
+  readonly baseUrl: string
+  /** The journal, `null` when opted out. */
+  readonly journal: Journal | null
+  /** How many settlements are being driven now (the replay included). */
+  readonly pending: number
+  /** The replay on start (resolved at once with empty lists when disabled). */
+  readonly replayed: Promise<ReplayReport>
+  /** Drives `settlement` to its end. */
+  settle (settlement: Settlement, hooks?: { onDecision?: (d: SettlementDecision) => void }): Promise<SettleResult>
+  /**
+   * Commits `actual` (`{ unit, amount }`) on `reservationId`, journaled
+   * first. `subject` and `action` enable the expired-commit event fallback.
+   * Throws a `TypeError`/`RangeError` at once for what the core refuses.
+   */
+  commit (reservationId: string, actual: Record<string, unknown> | null | undefined, extra?: {
+    metrics?: Record<string, unknown>
+    metadata?: Record<string, unknown>
+    subject?: Record<string, unknown> | null
+    action?: Record<string, unknown> | null
+    onDecision?: (d: SettlementDecision) => void
+  }): Promise<SettleResult>
+  /** Releases `reservationId` (work that used nothing; retried with one key, not journaled). */
+  release (reservationId: string, reason?: string | null, hooks?: { onDecision?: (d: SettlementDecision) => void }): Promise<SettleResult>
+  /**
+   * Waits at most `timeoutMs` for every settlement in flight (J-7);
+   * `pending` is how many still run (their records stay on disk).
+   */
+  flush (timeoutMs: number): Promise<{ pending: number }>
+  /** Stops driving: settlements in flight stop where they are, records stay, claims are released. */
+  close (): void
+}
+
+/** HP-1: the heartbeat failure policy of a lease. */
+export type HeartbeatPolicy = 'warn' | 'cancel' | 'fail_on_finalize'
+
+/** One heartbeat failure or stop (HP-1), reported whatever the policy. */
+export interface HeartbeatFailureEvent {
+  event: 'heartbeat_failure'
+  reservationId: string | null
+  /** What happens next: a retry with the same key or a new one, or the heartbeat stopped. */
+  disposition: 'retry_same_key' | 'retry_new_key' | 'stop'
+  /** The stop reason when `disposition` is `'stop'`. */
+  reason: StopReason | null
+  outcome: OutcomeClass
+  policy: HeartbeatPolicy
+  decision: Decision
+}
+
+/**
+ * The heartbeat failure(s) of a lease: the reason of its aborted `signal`
+ * under `'cancel'`, the rejection of `commit`/`release` under
+ * `'fail_on_finalize'` (after the settlement ran: `settlement`).
+ */
+export declare class HeartbeatFailureError extends Error {
+  readonly code: 'ERR_LEASEBEAT_HEARTBEAT_FAILED'
+  readonly failures: HeartbeatFailureEvent[]
+  readonly reservationId: string | null
+  readonly settlement: SettleResult | null
+}
+
+/** The options of `startLease`. */
+export interface LeaseOptions extends Omit<RunOptions, 'finalize' | 'onFinalize'> {
+  /** The settler to settle through; default: one made from baseUrl/apiKey/transport, `journal`, `tenant`, `retry` (it replays on start). */
+  settler?: Settler
+  /** For the default settler: `{ dir?, tenant? }`, or `false` to opt out of the journal. */
+  journal?: { dir?: string; tenant?: string | null } | false
+  /** For the default settler: partition the journal by tenant. */
+  tenant?: string | null
+  /** For the default settler: the settlements' retry policy. */
+  retry?: RetryOptions
+  /** HP-1 (default `'warn'`). */
+  policy?: HeartbeatPolicy
+  /** Every heartbeat failure or stop; default: a process warning (`LeasebeatHeartbeatWarning`). */
+  onHeartbeatFailure?: (event: HeartbeatFailureEvent) => void
+  /** Every decision of the lease's settlement. */
+  onSettlementDecision?: (decision: SettlementDecision) => void
+  /** The event fallback's subject and action; default: the create request's. */
+  subject?: Record<string, unknown>
+  action?: Record<string, unknown>
+}
+
+/** A running lease (`startLease`). */
+export interface Lease {
+  /** Aborted (reason: `HeartbeatFailureError`) under policy `'cancel'` when the heartbeat stops on its own. Give it to the work. */
+  readonly signal: AbortSignalOf
+  /** The reservation id once the create succeeded; rejects if the heartbeat stops before. */
+  readonly ready: Promise<string>
+  /** The heartbeat's stop decision. */
+  readonly stopped: Promise<StopDecision>
+  readonly settler: Settler
+  readonly policy: HeartbeatPolicy
+  readonly reservationId: string | null
+  /** Every heartbeat failure so far. */
+  readonly heartbeatFailures: HeartbeatFailureEvent[]
+  /**
+   * Settles the lease with its actual usage: journaled, then committed (the
+   * heartbeat keeps beating until a decision says `stopHeartbeat`, ST-11).
+   * `null`/`undefined` actual: outcome `'no_actual'`, nothing sent, the
+   * lease still held (release it). Rejects with a `TypeError`/`RangeError`
+   * for bad input (nothing settled), and under `'fail_on_finalize'` with a
+   * `HeartbeatFailureError` after the settlement.
+   */
+  commit (actual: Record<string, unknown> | null | undefined, extra?: {
+    metrics?: Record<string, unknown>
+    metadata?: Record<string, unknown>
+    subject?: Record<string, unknown>
+    action?: Record<string, unknown>
+  }): Promise<SettleResult>
+  /** Releases the lease (work that used nothing). */
+  release (reason?: string | null): Promise<SettleResult>
+  /** Stops the heartbeat (cancelled) without settling; resolves to the stop decision. */
+  stop (): Promise<StopDecision>
+}
+
+/**
+ * Starts the heartbeat of one lease and returns its handle at once. The
+ * work runs beside it (give it `lease.signal`) and ends it with
+ * `lease.commit(actual, { metrics, metadata })` or `lease.release(reason)`.
+ * Throws a `TypeError` for bad options, a `JournalError` when the default
+ * settler's journal cannot be opened.
+ */
+export declare function startLease (heartbeat: Heartbeat, options?: LeaseOptions): Lease

@@ -5,8 +5,7 @@
 // "The runner", and runner.d.ts for the documented API.
 'use strict'
 
-const { randomUUID } = require('node:crypto')
-const { Heartbeat } = require('./index.js')
+const { Heartbeat, Settlement, Journal } = require('./index.js')
 
 /** `provenUntilNs` of a lease proven alive forever (receipt + lead overflowed). */
 const PROVEN_FOREVER_NS = 2n ** 64n - 1n
@@ -156,7 +155,9 @@ function fetchTransport (options) {
   return async function fetchAttempt (request, signal) {
     const path = request.kind === 'create'
       ? '/v1/reservations'
-      : `/v1/reservations/${encodeURIComponent(request.reservationId)}/${request.kind}`
+      : request.kind === 'event'
+        ? '/v1/events'
+        : `/v1/reservations/${encodeURIComponent(request.reservationId)}/${request.kind}`
     try {
       const res = await doFetch(base + path, {
         method: 'POST',
@@ -208,14 +209,15 @@ function check (cond, message) {
   if (!cond) throw new TypeError(message)
 }
 
-function validate (heartbeat, options) {
-  check(heartbeat instanceof Heartbeat, 'runHeartbeat: heartbeat must be a Heartbeat')
-  check(options === undefined || (options !== null && typeof options === 'object'), 'runHeartbeat: options must be an object')
+const RUN_OPTIONS = ['transport', 'baseUrl', 'apiKey', 'signal', 'onDecision', 'onJeopardy', 'onFinalize', 'finalize', 'clock', 'journal', 'tenant']
+
+function validate (heartbeat, options, fn = 'runHeartbeat', allowed = RUN_OPTIONS) {
+  check(heartbeat instanceof Heartbeat, `${fn}: heartbeat must be a Heartbeat`)
+  check(options === undefined || (options !== null && typeof options === 'object'), `${fn}: options must be an object`)
   const o = options ?? {}
-  const allowed = ['transport', 'baseUrl', 'apiKey', 'signal', 'onDecision', 'onJeopardy', 'onFinalize', 'finalize', 'clock']
-  for (const k of Object.keys(o)) check(allowed.includes(k), `runHeartbeat: unknown option ${JSON.stringify(k)} (allowed: ${allowed.join(', ')})`)
-  for (const k of ['transport', 'onDecision', 'onJeopardy', 'onFinalize', 'clock']) {
-    check(o[k] === undefined || typeof o[k] === 'function', `runHeartbeat: options.${k} must be a function`)
+  for (const k of Object.keys(o)) check(allowed.includes(k), `${fn}: unknown option ${JSON.stringify(k)} (allowed: ${allowed.join(', ')})`)
+  for (const k of ['transport', 'onDecision', 'onJeopardy', 'onFinalize', 'clock', 'onHeartbeatFailure', 'onSettlementDecision']) {
+    check(o[k] === undefined || typeof o[k] === 'function', `${fn}: options.${k} must be a function`)
   }
   check(o.signal === undefined || o.signal instanceof AbortSignal, 'runHeartbeat: options.signal must be an AbortSignal')
   const f = o.finalize
@@ -234,11 +236,53 @@ function validate (heartbeat, options) {
  */
 async function runHeartbeat (heartbeat, options) {
   const o = validate(heartbeat, options)
-  if (running.has(heartbeat)) throw new Error('runHeartbeat: this Heartbeat is already being run')
-  const first = heartbeat.pollAction()
-  if (first.type === 'await') throw new Error('runHeartbeat: attempt ' + first.attempt.id + ' is in flight; report its outcome before running the heartbeat')
-  running.add(heartbeat)
+  claimHeartbeat(heartbeat, 'runHeartbeat')
+  check(o.journal === undefined || o.journal === false || (o.journal !== null && typeof o.journal === 'object'), 'runHeartbeat: options.journal must be { dir?, tenant? } or false')
   const transport = o.transport ?? fetchTransport({ baseUrl: o.baseUrl, apiKey: o.apiKey })
+  let eventBody = null
+  const stop = await heartbeatLoop(heartbeat, o, transport, { onAttempt: (a) => { if (a.kind === 'create' && eventBody === null) eventBody = subjectAction(a.body) } })
+  if (o.finalize != null && heartbeat.reservationId !== null && !NO_RELEASE.has(stop.reason)) {
+    await finalize(heartbeat, o, transport, report, eventBody)
+  }
+  return stop
+}
+
+/** `{ subject, action }` of a create body (for the event fallback), or null. */
+function subjectAction (body) {
+  try {
+    const b = JSON.parse(new TextDecoder().decode(body))
+    return b.subject != null && b.action != null ? { subject: b.subject, action: b.action } : null
+  } catch {
+    return null
+  }
+}
+
+/** Marks `heartbeat` as run (once), after checking it has nothing in flight. */
+function claimHeartbeat (heartbeat, fn) {
+  if (running.has(heartbeat)) throw new Error(`${fn}: this Heartbeat is already being run`)
+  const first = heartbeat.pollAction()
+  if (first.type === 'await') throw new Error(`${fn}: attempt ${first.attempt.id} is in flight; report its outcome before running the heartbeat`)
+  running.add(heartbeat)
+}
+
+/** Calls a listener; a listener's bug is surfaced as a process warning, never thrown. */
+function report (fn, arg) {
+  if (fn === undefined) return
+  try {
+    fn(arg)
+  } catch (err) {
+    // A listener's bug must not stop the heartbeat: surface it without
+    // unwinding the loop.
+    process.emitWarning(`leasebeat runner listener threw: ${err?.stack ?? err}`, 'LeasebeatListenerWarning')
+  }
+}
+
+/**
+ * The heartbeat loop of one lease (`runHeartbeat` and `startLease`): runs
+ * until the heartbeat stops and resolves to the stop decision. `hooks`:
+ * `onAttempt(attempt)` before each send (internal).
+ */
+async function heartbeatLoop (heartbeat, o, transport, hooks) {
   const clock = o.clock ?? (() => performance.now())
   const userSignal = o.signal ?? new AbortController().signal
   // Aborted when the runner stops, for whatever reason: ends every wait.
@@ -246,17 +290,6 @@ async function runHeartbeat (heartbeat, options) {
   const onUserAbort = () => done.abort()
   if (userSignal.aborted) done.abort()
   else userSignal.addEventListener('abort', onUserAbort, { once: true })
-
-  const report = (fn, arg) => {
-    if (fn === undefined) return
-    try {
-      fn(arg)
-    } catch (err) {
-      // A listener's bug must not stop the heartbeat: surface it without
-      // unwinding the loop.
-      process.emitWarning(`leasebeat runner listener threw: ${err?.stack ?? err}`, 'LeasebeatListenerWarning')
-    }
-  }
 
   // Jeopardy (D-15): reaching provenUntil without a newer success. After the
   // first success, a decision without provenUntil (the fallback path: an older
@@ -352,6 +385,7 @@ async function runHeartbeat (heartbeat, options) {
       if (scheduled && attempt.keyUse === 'new' && attempt.kind === 'extend' && sentMs - attempt.dueMs > marginMs) {
         report(o.onJeopardy, { event: 'lease_in_jeopardy', cause: 'late_beat', reservationId: heartbeat.reservationId, due: attempt.dueMs, at: sentMs, lateMs: sentMs - attempt.dueMs })
       }
+      if (hooks.onAttempt !== undefined) hooks.onAttempt(attempt)
       heartbeat.handleSent(attempt.id, sent)
       const outcome = await perform(heartbeat, attempt, transport, done.signal, sentMs, toMs, clock)
       if (done.signal.aborted) {
@@ -370,9 +404,6 @@ async function runHeartbeat (heartbeat, options) {
     userSignal.removeEventListener('abort', onUserAbort)
     done.abort()
     running.delete(heartbeat)
-  }
-  if (o.finalize != null && heartbeat.reservationId !== null && !NO_RELEASE.has(stop.reason)) {
-    await finalize(heartbeat, o, transport, report)
   }
   return stop
 }
@@ -450,29 +481,519 @@ function perform (heartbeat, attempt, transport, stopSignal, sentMs, toMs, clock
 }
 
 /** Releases or commits the reservation after the stop, through the transport. */
-async function finalize (heartbeat, o, transport, report) {
-  const key = randomUUID()
+async function finalize (heartbeat, o, transport, report, eventBody) {
+  // Through the core's Settlement (ST-1..ST-11: one key, retries, Retry-After,
+  // the event fallback when the create's subject and action are known) and,
+  // for a commit, the journal (J-1: the record before the first request).
   const commit = o.finalize !== 'release'
-  const body = commit ? { ...o.finalize.commit, idempotency_key: key } : { idempotency_key: key }
-  const request = {
-    kind: commit ? 'commit' : 'release',
-    reservationId: heartbeat.reservationId,
-    key,
-    body: new TextEncoder().encode(JSON.stringify(body)),
-    attempt: null
-  }
-  const timeoutMs = heartbeat.requestTimeoutMs
-  const signal = typeof timeoutMs === 'number' && Number.isFinite(timeoutMs)
-    ? AbortSignal.timeout(Math.max(1, Math.floor(timeoutMs)))
-    : new AbortController().signal
+  const reservationId = heartbeat.reservationId
   let result
   try {
-    const res = await transport(request, signal)
-    result = { kind: request.kind, reservationId: request.reservationId, key, status: res.status, error: null }
+    const settler = new Settler({
+      baseUrl: o.baseUrl ?? 'http://localhost',
+      apiKey: o.apiKey ?? '',
+      transport,
+      journal: commit ? (o.journal ?? {}) : false,
+      tenant: o.tenant,
+      replay: false
+    })
+    const settlement = commit
+      ? new Settlement({ reservationId, baseUrl: settler.baseUrl, commit: o.finalize.commit, event: eventBody }, performance.now(), Date.now())
+      : new Settlement({ reservationId, baseUrl: settler.baseUrl, release: true }, performance.now(), Date.now())
+    const r = await settler.settle(settlement)
+    result = { kind: commit ? 'commit' : 'release', reservationId, key: r.key, status: r.status, error: null, outcome: r.outcome, result: r }
   } catch (err) {
-    result = { kind: request.kind, reservationId: request.reservationId, key, status: null, error: err }
+    result = { kind: commit ? 'commit' : 'release', reservationId, key: null, status: null, error: err, outcome: null, result: null }
   }
   report(o.onFinalize, result)
 }
 
-module.exports = { runHeartbeat, fetchTransport, TransportError, PROVEN_FOREVER_NS, MAX_BODY_BYTES, timerSlack }
+// ----- settlement through the journal (issue 27) -----
+
+/**
+ * `err instanceof JournalError` holds for every error a `Journal` throws for
+ * what the file system refuses (code `ERR_LEASEBEAT_JOURNAL`, `kind`:
+ * `'symlink'`, `'not_writable'`, `'no_space'`, `'not_a_directory'`,
+ * `'no_directory'`, `'invalid_record'`, `'corrupt'`, `'misplaced'`,
+ * `'not_finished'`, `'io'`;
+ * `path`, `quarantinedTo`). The native addon throws them; this class only
+ * names them (and can be constructed for tests).
+ */
+class JournalError extends Error {
+  constructor (kind, message, options) {
+    super(message ?? `journal error: ${kind}`, options)
+    this.name = 'JournalError'
+    this.code = 'ERR_LEASEBEAT_JOURNAL'
+    this.kind = kind
+    this.path = options?.path ?? null
+    this.quarantinedTo = options?.quarantinedTo ?? null
+  }
+
+  static [Symbol.hasInstance] (v) {
+    return v instanceof Error && v.code === 'ERR_LEASEBEAT_JOURNAL'
+  }
+}
+
+/**
+ * The heartbeat failure(s) of a lease under policy `'cancel'` (the reason of
+ * the lease's aborted `signal`) or `'fail_on_finalize'` (the rejection of
+ * `commit`/`release` once the settlement has run: `settlement` is its result).
+ */
+class HeartbeatFailureError extends Error {
+  constructor (failures, settlement = null) {
+    const last = failures[failures.length - 1]
+    super(`heartbeat of reservation ${last?.reservationId ?? '(none)'} failed: ${last?.disposition === 'stop' ? `stopped (${last.reason})` : last?.outcome}` +
+      (failures.length > 1 ? ` (${failures.length} failures)` : ''))
+    this.name = 'HeartbeatFailureError'
+    this.code = 'ERR_LEASEBEAT_HEARTBEAT_FAILED'
+    this.failures = failures
+    this.reservationId = last?.reservationId ?? null
+    this.settlement = settlement
+  }
+}
+
+const DEFAULT_SETTLE_TIMEOUT_MS = 10000
+const SETTLER_OPTIONS = ['baseUrl', 'apiKey', 'tenant', 'transport', 'journal', 'retry', 'requestTimeoutMs', 'replay', 'onDecision', 'onReplay', 'clock']
+
+/** Performs one settlement attempt with its timeout; resolves to `{ response }` or `{ failure }`. */
+async function performSettle (transport, request, timeoutMs, stopSignal) {
+  const ac = new AbortController()
+  const signal = AbortSignal.any([ac.signal, AbortSignal.timeout(timeoutMs), stopSignal])
+  let timer = null
+  const timedOut = new Promise((resolve) => {
+    timer = setTimeout(() => { ac.abort(); resolve({ failure: 'timeout' }) }, timeoutMs)
+    timer.unref()
+  })
+  let onStop = null
+  const stopped = new Promise((resolve) => {
+    onStop = () => resolve({ failure: 'reset', stopped: true })
+    if (stopSignal.aborted) onStop()
+    else stopSignal.addEventListener('abort', onStop, { once: true })
+  })
+  const sent = (async () => {
+    try {
+      const res = await transport(request, signal)
+      if (res === null || typeof res !== 'object' || typeof res.status !== 'number') {
+        process.emitWarning('leasebeat settlement: the transport resolved to something other than { status, headers, body }; counted as a reset', 'LeasebeatTransportWarning')
+        return { failure: 'reset' }
+      }
+      const response = { status: res.status }
+      if (res.headers !== undefined) response.headers = res.headers
+      if (res.body !== undefined) response.body = res.body
+      return { response }
+    } catch (err) {
+      return { failure: err instanceof TransportError ? err.kind : (signal.aborted ? 'timeout' : 'reset') }
+    }
+  })()
+  try {
+    return await Promise.race([sent, timedOut, stopped])
+  } finally {
+    clearTimeout(timer)
+    stopSignal.removeEventListener('abort', onStop)
+  }
+}
+
+/** The settlement result handed to callers (see runner.d.ts, `SettleResult`). */
+function settleResult (s, decisions, journaled, journalError) {
+  const last = s.lastDecision
+  const outcome = s.outcome
+  return {
+    reservationId: s.reservationId,
+    key: s.key,
+    mode: s.mode,
+    outcome,
+    ok: outcome === 'committed' || outcome === 'applied' || outcome === 'released',
+    code: last.code,
+    status: last.status,
+    recordKept: journaled && outcome !== null && last.record !== null && last.record.type === 'keep',
+    decisions,
+    lastDecision: last,
+    journalError
+  }
+}
+
+/**
+ * Settles reservations through the core's `Settlement` (ST-1..ST-11) and the
+ * durable `Journal` (J-1..J-8) of one server and principal: replays the
+ * journal's partition on start (in the background: `replayed`), drives every
+ * settlement it is given (persist before the first request, same-key
+ * retries, `Retry-After` floors, the event fallback), and drains with a
+ * bounded `flush`. See runner.d.ts.
+ */
+class Settler {
+  #journal
+  #transport
+  #retry
+  #timeoutMs
+  #clock
+  #onDecision
+  #onReplay
+  #inflight = new Set()
+  #closed = new AbortController()
+
+  constructor (options) {
+    check(options !== null && typeof options === 'object', 'Settler: options must be an object')
+    for (const k of Object.keys(options)) check(SETTLER_OPTIONS.includes(k), `Settler: unknown option ${JSON.stringify(k)} (allowed: ${SETTLER_OPTIONS.join(', ')})`)
+    for (const k of ['transport', 'onDecision', 'onReplay', 'clock']) {
+      check(options[k] === undefined || typeof options[k] === 'function', `Settler: options.${k} must be a function`)
+    }
+    const { baseUrl, apiKey } = options
+    check(typeof baseUrl === 'string' && baseUrl.length > 0, 'Settler: options.baseUrl must be a non-empty string (the server the records settle against)')
+    check(options.tenant === undefined || options.tenant === null || typeof options.tenant === 'string', 'Settler: options.tenant must be a string')
+    check(options.replay === undefined || typeof options.replay === 'boolean', 'Settler: options.replay must be a boolean')
+    const j = options.journal
+    check(j === undefined || j === false || j instanceof Journal || (j !== null && typeof j === 'object'),
+      'Settler: options.journal must be false, a Journal, or { dir?, tenant? }')
+    if (options.transport === undefined) {
+      check(typeof apiKey === 'string' && apiKey.length > 0, 'Settler: options.apiKey must be a non-empty string (or give options.transport)')
+      this.#transport = fetchTransport({ baseUrl, apiKey })
+    } else {
+      this.#transport = options.transport
+    }
+    check(options.requestTimeoutMs === undefined || (Number.isInteger(options.requestTimeoutMs) && options.requestTimeoutMs > 0),
+      'Settler: options.requestTimeoutMs must be a positive integer (ms)')
+    this.#timeoutMs = options.requestTimeoutMs ?? DEFAULT_SETTLE_TIMEOUT_MS
+    this.#retry = options.retry
+    this.#clock = options.clock ?? (() => performance.now())
+    this.#onDecision = options.onDecision
+    this.#onReplay = options.onReplay
+    this.baseUrl = baseUrl
+    if (j === false) {
+      this.#journal = null
+    } else if (j instanceof Journal) {
+      this.#journal = j
+    } else {
+      const jo = j ?? {}
+      for (const k of Object.keys(jo)) check(k === 'dir' || k === 'tenant', `Settler: unknown option journal.${k} (allowed: dir, tenant)`)
+      const tenant = jo.tenant ?? options.tenant
+      check(typeof apiKey === 'string', 'Settler: options.apiKey is required for the journal (it names the partition when no tenant is given; it is never stored)')
+      const open = { baseUrl, apiKey }
+      if (jo.dir !== undefined) open.dir = jo.dir
+      if (tenant !== undefined && tenant !== null) open.tenant = tenant
+      this.#journal = Journal.open(open) // throws a JournalError
+    }
+    const replay = options.replay ?? true
+    this.replayed = replay && this.#journal !== null
+      ? this.#track(this.#replay())
+      : Promise.resolve({ settled: [], busy: [], quarantined: [], migrated: [], skipped: [] })
+    // Never an unhandled rejection: the caller may not look at `replayed`.
+    this.replayed.catch(() => {})
+  }
+
+  /** The journal (`null` when opted out). */
+  get journal () {
+    return this.#journal
+  }
+
+  /** How many settlements are being driven now. */
+  get pending () {
+    return this.#inflight.size
+  }
+
+  #track (p) {
+    this.#inflight.add(p)
+    const untrack = () => this.#inflight.delete(p)
+    p.then(untrack, untrack)
+    return p
+  }
+
+  async #replay () {
+    await null
+    const opts = { now: this.#clock(), wallMs: Date.now() }
+    if (this.#retry !== undefined) opts.retry = this.#retry
+    let r
+    try {
+      r = this.#journal.replay(opts)
+    } catch (err) {
+      // Never silent: `replayed` rejects with it, and it is a process warning.
+      process.emitWarning(`leasebeat journal: the replay on start failed: ${err?.message ?? err}`, 'LeasebeatJournalWarning')
+      throw err
+    }
+    const rep = { settled: [], busy: r.busy, quarantined: r.quarantined, migrated: r.migrated, skipped: r.skipped }
+    for (const q of r.quarantined) {
+      // J-4: corruption is reported, never silent.
+      if (this.#onReplay === undefined) process.emitWarning(`leasebeat journal: quarantined ${q.file} -> ${q.movedTo}: ${q.reason}`, 'LeasebeatJournalWarning')
+    }
+    rep.settled = await Promise.all(r.settlements.map((s) => this.#drive(s, {})))
+    report(this.#onReplay, rep)
+    return rep
+  }
+
+  async #drive (s, hooks) {
+    try {
+      return await this.#run(s, hooks)
+    } catch (err) {
+      // A refusal by the core (a bug) or a transport that threw synchronously:
+      // the record stays on disk for the next replay, the claim is let go.
+      if (this.#journal !== null) {
+        try { this.#journal.releaseClaim(s.reservationId) } catch {}
+      }
+      throw err
+    }
+  }
+
+  async #run (s, hooks) {
+    const decisions = []
+    const clock = this.#clock
+    const stop = this.#closed.signal
+    const note = (d) => {
+      decisions.push(d)
+      report(this.#onDecision, { reservationId: s.reservationId, decision: d })
+      if (hooks.onDecision !== undefined) report(hooks.onDecision, d)
+      return d
+    }
+    for (;;) {
+      if (stop.aborted) break
+      const a = s.pollAction()
+      if (a.type === 'done') break
+      if (a.type === 'persist') {
+        note(this.#journal !== null ? this.#journal.persist(s, clock()) : s.handlePersisted(clock()))
+        continue
+      }
+      if (a.type === 'wait') throw new Error('Settler: the settlement has an attempt in flight that this settler did not send')
+      const att = a.attempt
+      while (!stop.aborted) {
+        const wait = att.dueMs - clock()
+        if (wait <= 0) break
+        await sleep(wait, stop)
+      }
+      if (stop.aborted) break
+      note(s.handleSent(att.id, clock()))
+      const request = { kind: att.endpoint, reservationId: s.reservationId, key: att.key, body: att.body, attempt: att }
+      const out = await performSettle(this.#transport, request, this.#timeoutMs, stop)
+      if (out.stopped || stop.aborted) break
+      note(out.response !== undefined
+        ? s.handleResponse(att.id, out.response, clock(), Date.now())
+        : s.handleFailure(att.id, out.failure, clock()))
+    }
+    let journalError = null
+    if (this.#journal !== null) {
+      try {
+        if (s.outcome !== null) this.#journal.finish(s)
+        else this.#journal.releaseClaim(s.reservationId)
+      } catch (err) {
+        journalError = err
+        process.emitWarning(`leasebeat journal: finishing ${JSON.stringify(s.reservationId)} failed: ${err?.message ?? err}`, 'LeasebeatJournalWarning')
+      }
+    }
+    return settleResult(s, decisions, this.#journal !== null, journalError)
+  }
+
+  /**
+   * Drives `settlement` (new, or from a record) to its end through this
+   * settler's journal and transport. Resolves to a `SettleResult`.
+   */
+  settle (settlement, hooks = {}) {
+    check(settlement instanceof Settlement, 'Settler.settle: settlement must be a Settlement')
+    check(!this.#closed.signal.aborted, 'Settler.settle: this settler is closed')
+    return this.#track(this.#drive(settlement, hooks))
+  }
+
+  #build (options) {
+    const o = { ...options, baseUrl: this.baseUrl }
+    if (this.#retry !== undefined) o.retry = this.#retry
+    return new Settlement(o, this.#clock(), Date.now())
+  }
+
+  /**
+   * Commits `actual` on `reservationId` (journaled first): `extra` is
+   * `{ metrics?, metadata?, subject?, action? }` (subject and action enable
+   * the expired-commit event fallback).
+   */
+  commit (reservationId, actual, extra = {}) {
+    check(extra !== null && typeof extra === 'object', 'commit: the options must be an object { metrics?, metadata?, subject?, action? }')
+    for (const k of Object.keys(extra)) check(['metrics', 'metadata', 'subject', 'action', 'onDecision'].includes(k), `commit: unknown option ${JSON.stringify(k)}`)
+    let body = null
+    if (actual !== null && actual !== undefined) {
+      body = { actual }
+      if (extra.metrics !== undefined) body.metrics = extra.metrics
+      if (extra.metadata !== undefined) body.metadata = extra.metadata
+    }
+    const event = extra.subject != null && extra.action != null ? { subject: extra.subject, action: extra.action } : null
+    const s = this.#build({ reservationId, commit: body, event })
+    return this.settle(s, { onDecision: extra.onDecision })
+  }
+
+  /** Releases `reservationId` (work that used nothing; not journaled). */
+  release (reservationId, reason, hooks = {}) {
+    const o = { reservationId, release: true }
+    if (reason !== undefined && reason !== null) o.releaseReason = reason
+    return this.settle(this.#build(o), hooks)
+  }
+
+  /**
+   * Waits at most `timeoutMs` for every settlement in flight (the replay
+   * included), and resolves to `{ pending }`: how many are still running
+   * (their records stay on disk, J-7).
+   */
+  async flush (timeoutMs) {
+    check(Number.isFinite(timeoutMs) && timeoutMs >= 0, 'flush: timeoutMs must be a non-negative number')
+    let timer = null
+    const timeout = new Promise((resolve) => { timer = setTimeout(resolve, timeoutMs) })
+    try {
+      await Promise.race([Promise.allSettled([...this.#inflight]), timeout])
+    } finally {
+      clearTimeout(timer)
+    }
+    return { pending: this.#inflight.size }
+  }
+
+  /**
+   * Stops driving: settlements in flight stop where they are (their records
+   * stay on disk for the next replay, their claims are released); later
+   * calls throw. Call `flush` first to drain.
+   */
+  close () {
+    this.#closed.abort()
+  }
+}
+
+const LEASE_OPTIONS = ['transport', 'baseUrl', 'apiKey', 'signal', 'onDecision', 'onJeopardy', 'clock',
+  'settler', 'journal', 'tenant', 'retry', 'policy', 'onHeartbeatFailure', 'onSettlementDecision', 'subject', 'action']
+const POLICIES = ['warn', 'cancel', 'fail_on_finalize']
+
+/**
+ * Starts the heartbeat of one lease and returns its handle at once: the work
+ * runs beside it and ends it with `commit(actual, { metrics, metadata })` or
+ * `release(reason)`, settled through the `Settler` (journal first). See
+ * runner.d.ts, `Lease`.
+ */
+function startLease (heartbeat, options) {
+  const o = validate(heartbeat, options, 'startLease', LEASE_OPTIONS)
+  const policy = o.policy ?? 'warn'
+  check(POLICIES.includes(policy), `startLease: options.policy must be one of ${POLICIES.join(', ')}`)
+  check(o.settler === undefined || o.settler instanceof Settler, 'startLease: options.settler must be a Settler')
+  check(o.settler === undefined || (o.journal === undefined && o.tenant === undefined && o.retry === undefined),
+    'startLease: options.journal/tenant/retry configure the default settler; do not combine them with options.settler')
+  claimHeartbeat(heartbeat, 'startLease')
+  const transport = o.transport ?? fetchTransport({ baseUrl: o.baseUrl, apiKey: o.apiKey })
+  let settler = o.settler
+  if (settler === undefined) {
+    try {
+      const so = { baseUrl: o.baseUrl ?? 'http://localhost', apiKey: o.apiKey, transport, journal: o.journal, tenant: o.tenant, retry: o.retry }
+      for (const k of Object.keys(so)) if (so[k] === undefined) delete so[k]
+      if (o.transport !== undefined && o.baseUrl === undefined && o.journal !== false) {
+        throw new TypeError('startLease: with options.transport give options.settler, or options.baseUrl and options.apiKey for the journal partition, or journal: false')
+      }
+      settler = new Settler(so)
+    } catch (err) {
+      running.delete(heartbeat)
+      throw err
+    }
+  }
+  const work = new AbortController()
+  const hbStop = new AbortController()
+  const signals = [hbStop.signal]
+  if (o.signal !== undefined) signals.push(o.signal)
+  const failures = []
+  let subject = o.subject ?? null
+  let action = o.action ?? null
+  let stoppedByUs = false
+  let readyResolve, readyReject
+  const ready = new Promise((resolve, reject) => { readyResolve = resolve; readyReject = reject })
+  ready.catch(() => {})
+  const onFailure = (event) => {
+    failures.push(event)
+    if (o.onHeartbeatFailure !== undefined) report(o.onHeartbeatFailure, event)
+    else process.emitWarning(`leasebeat: heartbeat of reservation ${event.reservationId ?? '(none)'}: ${event.outcome}, ${event.disposition}${event.reason ? ` (${event.reason})` : ''}`, 'LeasebeatHeartbeatWarning')
+    if (policy === 'cancel' && event.disposition === 'stop' && !work.signal.aborted) work.abort(new HeartbeatFailureError([...failures]))
+  }
+  const onDecision = (d) => {
+    if (d.reservationId !== null) readyResolve(d.reservationId)
+    report(o.onDecision, d)
+    const ours = d.next === 'stop' && d.reason === 'cancelled' && (stoppedByUs || o.signal?.aborted)
+    if (ours) return
+    if (d.outcome !== 'success' || d.next === 'stop') {
+      onFailure({
+        event: 'heartbeat_failure',
+        reservationId: d.reservationId ?? heartbeat.reservationId,
+        disposition: d.next === 'stop' ? 'stop' : (d.key === 'same' ? 'retry_same_key' : 'retry_new_key'),
+        reason: d.reason,
+        outcome: d.outcome,
+        policy,
+        decision: d
+      })
+    }
+  }
+  const loopOptions = { ...o, signal: AbortSignal.any(signals), onDecision }
+  const stopped = heartbeatLoop(heartbeat, loopOptions, transport, {
+    onAttempt: (attempt) => {
+      if (attempt.kind !== 'create' || (subject !== null && action !== null)) return
+      const sa = subjectAction(attempt.body)
+      subject ??= sa?.subject ?? null
+      action ??= sa?.action ?? null
+    }
+  })
+  stopped.then((d) => {
+    readyReject(new HeartbeatFailureError(failures.length > 0 ? [...failures] : [{ event: 'heartbeat_failure', reservationId: null, disposition: 'stop', reason: d.reason, outcome: d.outcome, policy, decision: d }]))
+  }, (err) => readyReject(err))
+  stopped.catch(() => {})
+  const stopHeartbeat = () => {
+    stoppedByUs = true
+    hbStop.abort()
+  }
+  let settling = null
+  const end = async (build) => {
+    if (settling !== null) throw new Error('startLease: this lease is already being settled')
+    settling = true
+    let result
+    try {
+      let id = heartbeat.reservationId
+      if (id === null) id = await ready
+      result = await build(id, (d) => {
+        if (o.onSettlementDecision !== undefined) report(o.onSettlementDecision, d)
+        if (d.stopHeartbeat) stopHeartbeat()
+      })
+    } catch (err) {
+      settling = null // nothing was settled (bad arguments, no reservation): the caller may try again
+      throw err
+    }
+    // ST-11: the heartbeat ends with the settlement's final outcome; with no
+    // actual (ST-10) nothing was sent and the lease is still held: release it.
+    if (result.outcome === 'no_actual') settling = null
+    else stopHeartbeat()
+    if (policy === 'fail_on_finalize' && failures.length > 0) throw new HeartbeatFailureError([...failures], result)
+    return result
+  }
+  return {
+    signal: work.signal,
+    ready,
+    stopped,
+    settler,
+    policy,
+    get reservationId () { return heartbeat.reservationId },
+    get heartbeatFailures () { return [...failures] },
+    async commit (actual, extra = {}) {
+      check(extra !== null && typeof extra === 'object', 'commit: the options must be an object { metrics?, metadata?, subject?, action? }')
+      for (const k of Object.keys(extra)) check(['metrics', 'metadata', 'subject', 'action'].includes(k), `commit: unknown option ${JSON.stringify(k)} (allowed: metrics, metadata, subject, action)`)
+      return end((id, onDecision) => settler.commit(id, actual, {
+        metrics: extra.metrics,
+        metadata: extra.metadata,
+        subject: extra.subject ?? subject,
+        action: extra.action ?? action,
+        onDecision
+      }))
+    },
+    async release (reason) {
+      check(reason === undefined || reason === null || typeof reason === 'string', 'release: reason must be a string')
+      return end((id, onDecision) => settler.release(id, reason, { onDecision }))
+    },
+    stop () {
+      stopHeartbeat()
+      return stopped
+    }
+  }
+}
+
+module.exports = {
+  runHeartbeat,
+  startLease,
+  Settler,
+  JournalError,
+  HeartbeatFailureError,
+  fetchTransport,
+  TransportError,
+  PROVEN_FOREVER_NS,
+  MAX_BODY_BYTES,
+  timerSlack
+}

@@ -23,7 +23,7 @@ fi
 
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(schema retry_after scenario events leases)
+  TARGETS=(schema retry_after scenario events leases settlement)
 fi
 
 echo "==> fuzz: seed corpora from tests/vectors/"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test suite, fail-fast, in the order: fmt+clippy, Rust, C, Python, Node, JVM,
+# the recovery conformance (the official runner over the six runners: scripts/test-recovery.sh),
 # fuzzing (about 20 s per cargo-fuzz target) and the SDK integrations (each SDK's own suite
 # on leasebeat, integrations/*/run.sh).
 # Each stage is its own script under scripts/ so it can also be run alone.
@@ -15,7 +16,7 @@ if [ "${LEASEBEAT_SKIP_SETUP:-0}" != 1 ]; then
     bash "$setup"
   done
 fi
-stages=(lint rust c python node jvm fuzz integrations realserver)
+stages=(lint rust c python node jvm recovery fuzz integrations realserver)
 
 # The summary at the end (and after a failing stage): stage, time, tests passed and failed
 # (summed over the closing lines each stage's runners print: cargo's `test result:`, the C
@@ -35,7 +36,7 @@ count_tests() { # $1 = stage, $2 = its log -> "passed failed expected" ("-" when
       seen = 1
     }
     # Stages whose own closing line sums everything they ran.
-    stage == "integrations" || stage == "realserver" {
+    stage == "integrations" || stage == "realserver" || stage == "recovery" {
       if (index($0, stage ": ") == 1 && $0 ~ /^[a-z]+: [0-9]+ passed, [0-9]+ failed/) {
         last = $0
       }
@@ -52,7 +53,7 @@ count_tests() { # $1 = stage, $2 = its log -> "passed failed expected" ("-" when
       p += a[2] - a[3] - a[4] - a[5]; f += a[3] + a[4]; seen = 1; next
     }
     END {
-      if ((stage == "integrations" || stage == "realserver") && last != "") {
+      if ((stage == "integrations" || stage == "realserver" || stage == "recovery") && last != "") {
         n = split(last, a, /[^0-9]+/)
         e = 0
         if (match(last, /\([0-9]+ expected\)/)) e = substr(last, RSTART + 1, RLENGTH - 11) + 0

@@ -41,6 +41,7 @@
 //! guarantees it is freed once, never while another call is inside, and
 //! never used after it was freed (its monitor plus a `Cleaner`).
 
+mod journal;
 mod pool;
 mod settlement;
 
@@ -64,6 +65,9 @@ use serde_json::Value;
 const OK: u8 = 0;
 const ERROR: u8 = 1;
 const PANIC: u8 = 2;
+/// A journal error envelope: `str kind`, `opt str path`, `str message`, `opt str
+/// quarantined_to` (see `journal.rs`).
+const JOURNAL_ERROR: u8 = 3;
 
 /// One heartbeat behind a lock: Java may call from many threads at once.
 /// Starts on a cache line (its size is a multiple of 64: 576 bytes today), so
@@ -300,6 +304,8 @@ enum Fail {
     Jni(jni::errors::Error),
     /// A Java exception is pending (thrown when the native method returns).
     Pending,
+    /// A journal failure (cold calls only: `io.leasebeat.JournalException`).
+    Journal(leasebeat::journal::JournalError),
 }
 
 impl From<jni::errors::Error> for Fail {
@@ -473,6 +479,8 @@ fn finish_fail(env: &mut Env<'_>, objs: &JObjectArray<'_>, e: Fail) -> jni::erro
     match e {
         Fail::Pending => Err(jni::errors::Error::JavaException),
         Fail::Jni(e) => Err(e),
+        // Hot calls never touch the journal; reported as an argument error if one did.
+        Fail::Journal(e) => finish_error(env, objs, ERROR, Some("INVALID_ARGUMENT"), e.to_string()),
         Fail::Core(e) => finish_error(
             env,
             objs,
@@ -1032,6 +1040,7 @@ where
                 Ok(Err(Fail::Jni(e))) => return Err(e),
                 Ok(Err(Fail::Pending)) => return Err(jni::errors::Error::JavaException),
                 Ok(Err(Fail::Core(e))) => error_envelope(&e),
+                Ok(Err(Fail::Journal(e))) => journal::error_envelope(&e),
                 Err(payload) => {
                     let mut w = W::default();
                     w.u8(PANIC).str(&panic_message(payload));

@@ -47,11 +47,11 @@ use super::{
 
 type Handle = Mutex<Settlement>;
 
-fn into_handle(s: Settlement) -> u64 {
+pub(super) fn into_handle(s: Settlement) -> u64 {
     Box::into_raw(Box::new(Mutex::new(s))) as usize as u64
 }
 
-fn with_settlement<T>(
+pub(super) fn with_settlement<T>(
     handle: jlong,
     f: impl FnOnce(&mut Settlement) -> Result<T, Fail>,
 ) -> Result<T, Fail> {
@@ -68,7 +68,7 @@ fn with_settlement<T>(
 }
 
 impl W {
-    fn opt_u64(&mut self, v: Option<u64>) -> &mut W {
+    pub(super) fn opt_u64(&mut self, v: Option<u64>) -> &mut W {
         match v {
             Some(v) => self.bool(true).u64(v),
             None => self.bool(false),
@@ -80,7 +80,7 @@ impl W {
             None => self.bool(false),
         }
     }
-    fn opt_str(&mut self, v: Option<&str>) -> &mut W {
+    pub(super) fn opt_str(&mut self, v: Option<&str>) -> &mut W {
         match v {
             Some(v) => self.bool(true).str(v),
             None => self.bool(false),
@@ -88,7 +88,7 @@ impl W {
     }
 }
 
-fn put_decision(w: &mut W, d: &SettlementDecision) {
+pub(super) fn put_decision(w: &mut W, d: &SettlementDecision) {
     let sending = matches!(d.next, SettleNext::Send(_));
     w.str(d.next_str())
         .opt_u64(d.at_ns.filter(|_| sending))
@@ -155,7 +155,11 @@ fn decision_envelope(d: Result<SettlementDecision, leasebeat::Error>) -> Result<
     Ok(w)
 }
 
-fn retry_of(max_attempts: jint, initial_ms: jlong, max_ms: jlong) -> Result<RetryPolicy, Fail> {
+pub(super) fn retry_of(
+    max_attempts: jint,
+    initial_ms: jlong,
+    max_ms: jlong,
+) -> Result<RetryPolicy, Fail> {
     // The Java side refuses negatives first; checked again here.
     let max_attempts = u32::try_from(max_attempts)
         .map_err(|_| arg_fail("retry maxAttempts must not be negative"))?;
@@ -169,14 +173,14 @@ fn retry_of(max_attempts: jint, initial_ms: jlong, max_ms: jlong) -> Result<Retr
     })
 }
 
-fn now_of(now_ns: jlong, wall_ms: jlong) -> Result<Now, Fail> {
+pub(super) fn now_of(now_ns: jlong, wall_ms: jlong) -> Result<Now, Fail> {
     if wall_ms < 0 {
         return Err(arg_fail("wallMillis must not be negative"));
     }
     Ok(Now::new(u64_of(now_ns), u64_of(wall_ms)))
 }
 
-fn text_arg(env: &Env<'_>, a: &JByteArray<'_>, what: &str) -> Result<String, Fail> {
+pub(super) fn text_arg(env: &Env<'_>, a: &JByteArray<'_>, what: &str) -> Result<String, Fail> {
     opt_text(env, a, what)?.ok_or_else(|| arg_fail(&format!("{what} is null")))
 }
 
@@ -416,5 +420,31 @@ pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeSettleFailure<'c>(
         with_settlement(handle, |s| {
             decision_envelope(s.handle_failure(u64_of(attempt_id), failure, u64_of(now_ns)))
         })
+    })
+}
+
+/// `static native byte[] nativeEventOfCreate(byte[] createJson)`: what a
+/// runner started from a create passes as the expired-commit fallback's
+/// `event` (`{"subject":...,"action":...}`, both members copied from the
+/// create request as they are), when the request has both. OK payload: `opt
+/// str`. The settlement checks the result like any caller's event.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_io_leasebeat_NativeBridge_nativeEventOfCreate<'c>(
+    env: EnvUnowned<'c>,
+    _class: JClass<'c>,
+    create: JByteArray<'c>,
+) -> JByteArray<'c> {
+    cold(env, |env| {
+        let bytes = opt_bytes(env, &create)?.unwrap_or_default();
+        let event = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| {
+                let subject = v.get("subject")?.clone();
+                let action = v.get("action")?.clone();
+                Some(serde_json::json!({ "subject": subject, "action": action }).to_string())
+            });
+        let mut w = W::ok();
+        w.opt_str(event.as_deref());
+        Ok(w)
     })
 }

@@ -354,7 +354,8 @@ describe('errors', () => {
       'ERR_LEASEBEAT_STOPPED',
       'ERR_LEASEBEAT_INVALID_KEY',
       'ERR_LEASEBEAT_CLOSED',
-      'ERR_LEASEBEAT_POISONED'
+      'ERR_LEASEBEAT_POISONED',
+      'ERR_LEASEBEAT_JOURNAL'
     ])
   })
 

@@ -157,3 +157,44 @@ export function settle (reservationId: string): SettleOutcome | null {
   void all
   return restarted.outcome
 }
+
+// The journal and the lease handle (startLease, Settler).
+import {
+  Journal,
+  JournalError,
+  Settler,
+  startLease,
+  HeartbeatFailureError,
+  type HeartbeatFailureEvent,
+  type Lease,
+  type SettleResult,
+  type JournalReplay
+} from 'leasebeat'
+
+export async function leaseConsumer (hb: Heartbeat): Promise<string | null> {
+  const j = Journal.open({ dir: '/tmp/j', baseUrl: 'http://127.0.0.1:7878', apiKey: 'k', tenant: 'acme' })
+  const replay: JournalReplay = j.replay({ now: performance.now(), wallMs: Date.now(), retry: { maxAttempts: 3 } })
+  for (const s of replay.settlements) j.releaseClaim(s.reservationId)
+  try {
+    j.remove('r-1')
+  } catch (e) {
+    if (e instanceof JournalError) {
+      const k: 'symlink' | 'not_writable' | 'no_space' | 'not_a_directory' | 'no_directory' | 'invalid_record' | 'corrupt' | 'misplaced' | 'not_finished' | 'io' = e.kind
+      void k
+    }
+  }
+  const settler = new Settler({ baseUrl: 'http://127.0.0.1:7878', apiKey: 'k', journal: { dir: '/tmp/j' }, onReplay: (r) => void r.quarantined })
+  const failures: HeartbeatFailureEvent[] = []
+  const lease: Lease = startLease(hb, { baseUrl: 'http://127.0.0.1:7878', apiKey: 'k', settler, policy: 'cancel', onHeartbeatFailure: (e) => failures.push(e) })
+  lease.signal.addEventListener('abort', () => {})
+  // @ts-expect-error: the policy is one of three names
+  void startLease(hb, { baseUrl: 'x', apiKey: 'k', policy: 'ignore' })
+  try {
+    const r: SettleResult = await lease.commit({ unit: 'TOKENS', amount: 5 }, { metrics: { tokens_input: 1 }, metadata: { run: 'a' } })
+    if (r.outcome === 'committed' || r.outcome === 'applied') return r.key
+  } catch (e) {
+    if (e instanceof HeartbeatFailureError) return e.settlement?.key ?? null
+  }
+  await settler.flush(1000)
+  return (await lease.release('unused')).outcome
+}

@@ -38,14 +38,22 @@ export function createBody (key, ttlMs, extra = {}) {
 /**
  * Starts a server with these extra flags (e.g. `--max-lead-ms 6000`,
  * `--fault extend:2=503`). Resolves to `{ url, log(), lapses(), kill(),
- * close() }` once it listens.
+ * close() }` once it listens. `{ anyKey: true }`: accept any non-empty API
+ * key (a key rotation); `{ wallClock: true }`: the log's times on the wall
+ * clock (within `clockLagMs`).
  */
-export async function startServer (flags = []) {
+export async function startServer (flags = [], { anyKey = false, wallClock = false } = {}) {
   const bin = serverBinary()
   if (bin === null) throw new Error('no leasebeat binary: set LEASEBEAT_BIN or run cargo build -p leasebeat-cli')
   const dir = mkdtempSync(join(tmpdir(), 'leasebeat-node-serve-'))
   const logPath = join(dir, 'requests.jsonl')
-  const child = spawn(bin, ['serve', '--bind', '127.0.0.1:0', '--api-key', API_KEY, '--log', logPath, ...flags], {
+  const keyFlags = anyKey ? [] : ['--api-key', API_KEY]
+  // wallClock: the server's clock (arrived_ms, t_ms) starts at the wall clock
+  // read just before the spawn, so it lags the wall clock by at most the
+  // time until it listens (`clockLagMs`).
+  const spawnedAt = Date.now()
+  if (wallClock) keyFlags.push('--epoch-ms', String(spawnedAt))
+  const child = spawn(bin, ['serve', '--bind', '127.0.0.1:0', ...keyFlags, '--log', logPath, ...flags], {
     stdio: ['ignore', 'pipe', 'pipe']
   })
   // Never leave a server behind, even if the test process ends abruptly.
@@ -71,9 +79,11 @@ export async function startServer (flags = []) {
   const keepAlive = setInterval(() => {}, 1 << 30)
   let exited = false
   const gone = new Promise((resolve) => child.once('exit', () => { exited = true; resolve() }))
+  const clockLagMs = Date.now() - spawnedAt
   return {
     url,
     child,
+    clockLagMs,
     /** Every log entry so far (one JSON object per line). */
     log () {
       if (!existsSync(logPath)) return []

@@ -1130,3 +1130,67 @@ pub fn restart_options(v: Option<&Unknown<'_>>) -> R<lb::RetryPolicy> {
 pub fn record_bytes(v: &Unknown<'_>, what: &str) -> R<Vec<u8>> {
     body_bytes(v, what)
 }
+
+/// The options of `Journal.open(options)`: `{ dir?, baseUrl, apiKey, tenant? }`.
+pub struct JournalOpenOptions {
+    /// The base directory given, if any (else `CYCLES_JOURNAL_DIR` or the default).
+    pub dir: Option<String>,
+    /// The server the partition is for.
+    pub base_url: String,
+    /// The API key (only hashed into the partition name when no tenant is given).
+    pub api_key: String,
+    /// The tenant (partitions by tenant when non-blank).
+    pub tenant: Option<String>,
+}
+
+/// An optional string member: absent, `undefined` and `null` are `None`.
+fn opt_string(o: &Object<'_>, name: &str, what: &str) -> R<Option<String>> {
+    let w = format!("{what}.{name}");
+    match prop(o, name, what)? {
+        None => Ok(None),
+        Some(v) if type_of(&v, &w)? == ValueType::Null => Ok(None),
+        Some(v) => string(&v, &w).map(Some),
+    }
+}
+
+/// The options of `Journal.open`.
+pub fn journal_open_options(v: &Unknown<'_>) -> R<JournalOpenOptions> {
+    let what = "options";
+    let o = object(v, what)?;
+    only_keys(&o, what, &["dir", "baseUrl", "apiKey", "tenant"])?;
+    let base_url = opt_string(&o, "baseUrl", what)?
+        .ok_or_else(|| Fail::ty("options.baseUrl is required (a string)"))?;
+    let api_key = opt_string(&o, "apiKey", what)?
+        .ok_or_else(|| Fail::ty("options.apiKey is required (a string)"))?;
+    let dir = opt_string(&o, "dir", what)?;
+    if dir
+        .as_deref()
+        .is_some_and(|d| d.is_empty() || d.contains('\0'))
+    {
+        return Err(Fail::range(
+            "options.dir must be a non-empty path without NUL",
+        ));
+    }
+    Ok(JournalOpenOptions {
+        dir,
+        base_url,
+        api_key,
+        tenant: opt_string(&o, "tenant", what)?,
+    })
+}
+
+/// The options of `journal.replay(options)`: `{ now, wallMs, retry? }`.
+pub fn replay_options(v: &Unknown<'_>) -> R<(lb::Now, lb::RetryPolicy)> {
+    let what = "options";
+    let o = object(v, what)?;
+    only_keys(&o, what, &["now", "wallMs", "retry"])?;
+    let now = prop(&o, "now", what)?
+        .ok_or_else(|| Fail::ty("options.now is required (a number of ms or a bigint of ns)"))?;
+    let wall = prop(&o, "wallMs", what)?
+        .ok_or_else(|| Fail::ty("options.wallMs is required (Unix ms)"))?;
+    let now = lb::Now::new(
+        time_ns(&now, "options.now")?,
+        wall_ms(&wall, "options.wallMs")?,
+    );
+    Ok((now, retry_policy(&o, what)?))
+}

@@ -50,11 +50,17 @@ pub enum ErrorCode {
     /// object is unusable (`Error`). Never expected: please report it.
     #[napi(value = "ERR_LEASEBEAT_POISONED")]
     Poisoned,
+    /// A journal operation failed (`JournalError`, an `Error` with `kind`:
+    /// `'symlink'`, `'not_writable'`, `'no_space'`, `'not_a_directory'`,
+    /// `'no_directory'`, `'invalid_record'`, `'corrupt'`, `'misplaced'`,
+    /// `'not_finished'` or `'io'`, and `path` when one is concerned).
+    #[napi(value = "ERR_LEASEBEAT_JOURNAL")]
+    Journal,
 }
 
 impl ErrorCode {
     /// Every code, in a fixed order.
-    pub const ALL: [ErrorCode; 10] = [
+    pub const ALL: [ErrorCode; 11] = [
         ErrorCode::InvalidConfig,
         ErrorCode::InvalidArgument,
         ErrorCode::TimeWentBackwards,
@@ -65,6 +71,7 @@ impl ErrorCode {
         ErrorCode::InvalidKey,
         ErrorCode::Closed,
         ErrorCode::Poisoned,
+        ErrorCode::Journal,
     ];
 
     /// The stable string.
@@ -80,6 +87,7 @@ impl ErrorCode {
             ErrorCode::InvalidKey => "ERR_LEASEBEAT_INVALID_KEY",
             ErrorCode::Closed => "ERR_LEASEBEAT_CLOSED",
             ErrorCode::Poisoned => "ERR_LEASEBEAT_POISONED",
+            ErrorCode::Journal => "ERR_LEASEBEAT_JOURNAL",
         }
     }
 
@@ -115,6 +123,15 @@ pub struct Fail {
     class: Class,
     code: ErrorCode,
     message: String,
+    journal: Option<Box<JournalInfo>>,
+}
+
+/// The properties of a `JournalError` beyond its message.
+#[derive(Clone, Debug)]
+struct JournalInfo {
+    kind: &'static str,
+    path: Option<String>,
+    quarantined_to: Option<String>,
 }
 
 /// The result type of the conversion and call helpers.
@@ -127,6 +144,25 @@ impl Fail {
             class,
             code,
             message: message.into(),
+            journal: None,
+        }
+    }
+
+    /// A `JournalError`: an `Error` with code `ERR_LEASEBEAT_JOURNAL`, name
+    /// `'JournalError'`, `kind` (the core's stable kind name), `path` and
+    /// `quarantinedTo` (strings or `null`).
+    #[cfg(unix)]
+    pub fn journal(e: &lb::journal::JournalError) -> Fail {
+        let path = |p: Option<&std::path::Path>| p.map(|p| p.to_string_lossy().into_owned());
+        Fail {
+            class: Class::Error,
+            code: ErrorCode::Journal,
+            message: e.to_string(),
+            journal: Some(Box::new(JournalInfo {
+                kind: e.kind().as_str(),
+                path: path(e.path()),
+                quarantined_to: path(e.quarantined_to()),
+            })),
         }
     }
 
@@ -161,6 +197,12 @@ impl Fail {
     pub fn throw(self, env: &Env) -> Error {
         // napi strings are C strings: an interior NUL would truncate.
         let message = self.message.replace('\0', "\\0");
+        if let Some(info) = &self.journal {
+            match throw_journal(env, &message, info) {
+                Ok(()) => return Error::from_status(Status::PendingException),
+                Err(e) => return e,
+            }
+        }
         let code = Some(self.code.as_str());
         let thrown = match self.class {
             Class::Error => env.throw_error(&message, code),
@@ -172,6 +214,17 @@ impl Fail {
             Err(e) => e,
         }
     }
+}
+
+/// Throws a `JournalError` (an `Error` with extra properties).
+fn throw_journal(env: &Env, message: &str, info: &JournalInfo) -> Result<()> {
+    let mut err = env.create_error(Error::new(Status::GenericFailure, message.to_owned()))?;
+    err.set("code", ErrorCode::Journal.as_str())?;
+    err.set("name", "JournalError")?;
+    err.set("kind", info.kind)?;
+    err.set("path", info.path.clone())?;
+    err.set("quarantinedTo", info.quarantined_to.clone())?;
+    env.throw(err)
 }
 
 /// The core's message with its Rust names replaced by the names a JavaScript

@@ -23,6 +23,7 @@
 mod conv;
 mod errors;
 mod fast;
+mod journal;
 mod raw;
 mod settlement;
 
@@ -34,6 +35,7 @@ use napi_derive::napi;
 
 pub use errors::ErrorCode;
 use errors::{Class, Fail, R, run};
+pub use journal::*;
 pub use settlement::*;
 
 // ----- string literal unions -----

@@ -606,13 +606,13 @@ pub struct Settlement {
 }
 
 impl Settlement {
-    fn open(s: lb::Settlement) -> Settlement {
+    pub(crate) fn open(s: lb::Settlement) -> Settlement {
         Settlement {
             state: Mutex::new(State::Open(Box::new(s))),
         }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut lb::Settlement) -> R<T>) -> R<T> {
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut lb::Settlement) -> R<T>) -> R<T> {
         let mut guard = self.state.lock().map_err(|_| {
             Fail::new(
                 Class::Error,

@@ -263,6 +263,15 @@ impl SettlementRecord {
                 "{name}.idempotency_key has {chars} characters (must be 1..={MAX_KEY_CHARS})"
             )));
         }
+        // The amount is what the record exists for: a record whose mode's body has no valid
+        // `actual` (hand-edited, or written by a tool that does not check it) is refused,
+        // so the journal quarantines it (J-4) rather than send it and lose it to the
+        // server's 400 (an understood rejection would remove it, ST-7).
+        match body.get("actual") {
+            Some(actual) => super::check_amount(actual, &format!("{name}.actual"))
+                .map_err(|e| invalid(e.message()))?,
+            None => return Err(invalid(format!("{name} has no actual"))),
+        }
         for other in [self.commit_body.as_ref(), self.event_fallback_body.as_ref()]
             .into_iter()
             .flatten()

@@ -117,6 +117,9 @@ public final class Heartbeat implements AutoCloseable {
   private long heldId;
   private Action heldAction;
 
+  /** The create request this heartbeat was built from, if any (for a runner's event fallback). */
+  volatile String createRequestJson;
+
   private Heartbeat(long handle, long origin, long timeoutBits, boolean timeoutUnbounded) {
     this.handle = handle;
     this.origin = origin;
@@ -313,7 +316,9 @@ public final class Heartbeat implements AutoCloseable {
         byte[] create = Utf8.encodeNullable(createRequestJson, "createRequestJson");
         envelope = NativeBridge.nativeNew(ttlMillis, timeoutBits, timeoutUnbounded, create, prefix);
       }
-      return new Heartbeat(Wire.open(envelope).u64(), origin, timeoutBits, timeoutUnbounded);
+      Heartbeat hb = new Heartbeat(Wire.open(envelope).u64(), origin, timeoutBits, timeoutUnbounded);
+      hb.createRequestJson = createRequestJson;
+      return hb;
     }
 
     /**

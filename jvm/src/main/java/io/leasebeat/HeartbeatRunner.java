@@ -1,12 +1,16 @@
 package io.leasebeat;
 
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.Set;
 import java.util.OptionalLong;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.ScheduledExecutorService;
@@ -124,6 +128,100 @@ public final class HeartbeatRunner implements AutoCloseable {
         String reservationId,
         Optional<Response> response,
         Optional<TransportFailure> failure) {}
+
+    /**
+     * A heartbeat failure or stop (HP-1): every failed beat (with what happens next: a retry with
+     * the same or a new key) and every stop the runner did not ask for. Called under every policy.
+     *
+     * @param failure what happened
+     */
+    default void onHeartbeatFailure(HeartbeatFailure failure) {}
+
+    /**
+     * A decision of a settlement this runner drives ({@link #commit}, {@link #release}, or a
+     * record replayed from the journal on start).
+     *
+     * @param reservationId the reservation
+     * @param decision the decision
+     */
+    default void onSettlementDecision(String reservationId, SettlementDecision decision) {}
+
+    /**
+     * A settlement this runner drives ended.
+     *
+     * @param result how it ended
+     */
+    default void onSettled(SettleResult result) {}
+
+    /**
+     * The journal was replayed on start (before its settlements are driven).
+     *
+     * @param replay what the replay handed over and reported
+     */
+    default void onReplay(JournalReplay replay) {}
+  }
+
+  /** What the runner does when the heartbeat fails (HP-1). */
+  public enum HeartbeatFailurePolicy {
+    /**
+     * The default: report every failure and stop ({@link Listener#onHeartbeatFailure}, and a log
+     * warning); the work carries on and the final settlement runs.
+     */
+    WARN,
+    /**
+     * As {@link #WARN}, and when the heartbeat stops on its own (the lease is no longer kept) the
+     * runner cancels the work's {@link Future} ({@link Builder#work(Future)}) with {@code
+     * cancel(true)}: its thread is interrupted.
+     */
+    CANCEL,
+    /**
+     * As {@link #WARN}, and the settlement ({@link #commit}, {@link #release}) runs, then its
+     * future completes exceptionally with a {@link HeartbeatFailureException} carrying the
+     * heartbeat's failure and the settlement's result.
+     */
+    FAIL_ON_FINALIZE
+  }
+
+  /**
+   * A heartbeat failure or stop (HP-1).
+   *
+   * @param reservationId the reservation, once known
+   * @param decision the heartbeat's decision
+   * @param disposition what happens next
+   */
+  public record HeartbeatFailure(
+      Optional<String> reservationId, Decision decision, Disposition disposition) {
+    /** What happens after a failure. */
+    public enum Disposition {
+      /** The beat is retried with the same idempotency key. */
+      RETRY_SAME_KEY,
+      /** The beat is retried with a new key. */
+      RETRY_NEW_KEY,
+      /** The heartbeat stopped ({@link Decision#stopReason()} says why). */
+      STOP
+    }
+
+    /**
+     * Checks for nulls.
+     *
+     * @param reservationId see {@link #reservationId()}
+     * @param decision see {@link #decision()}
+     * @param disposition see {@link #disposition()}
+     */
+    public HeartbeatFailure {
+      Objects.requireNonNull(reservationId, "reservationId");
+      Objects.requireNonNull(decision, "decision");
+      Objects.requireNonNull(disposition, "disposition");
+    }
+
+    /**
+     * The stop reason, for {@link Disposition#STOP}.
+     *
+     * @return the reason, or empty
+     */
+    public Optional<StopReason> stopReason() {
+      return decision.stopReason();
+    }
   }
 
   /**
@@ -197,6 +295,15 @@ public final class HeartbeatRunner implements AutoCloseable {
     private Listener listener = new Listener() {};
     private boolean releaseOnStop;
     private Duration finalizeTimeout = Duration.ofSeconds(10);
+    private Journal journal;
+    private boolean journalOff;
+    private Path journalDir;
+    private String tenant;
+    private boolean replayOnStart = true;
+    private String eventJson;
+    private Settlement.RetryPolicy settlementRetry = Settlement.RetryPolicy.DEFAULT;
+    private HeartbeatFailurePolicy failurePolicy = HeartbeatFailurePolicy.WARN;
+    private Future<?> work;
 
     private Builder(Heartbeat heartbeat, Transport transport) {
       this.heartbeat = Objects.requireNonNull(heartbeat, "heartbeat");
@@ -256,9 +363,127 @@ public final class HeartbeatRunner implements AutoCloseable {
     }
 
     /**
+     * The journal settlements are persisted to (J-1) and replayed from on start; the caller owns
+     * (and closes) it, and every start of a runner replays it. Not set: with an {@link
+     * HttpClientTransport}, the runner uses the process-wide journal of its directory ({@link
+     * #journalDir(Path)}, else {@code CYCLES_JOURNAL_DIR}, else {@code
+     * ~/.runcycles/commit-journal}), server (the transport's base URL) and principal ({@link
+     * #tenant(String)}, else the API key), opened once and shared by every such runner (never
+     * closed: the OS releases its claims at exit), and replayed by the first runner started on
+     * it; with another transport there is none unless set here.
+     *
+     * @param journal the journal (its base URL is the server's)
+     * @return this builder
+     */
+    public Builder journal(Journal journal) {
+      this.journal = Objects.requireNonNull(journal, "journal");
+      this.journalOff = false;
+      return this;
+    }
+
+    /**
+     * The base directory of the runner's own journal (see {@link #journal(Journal)}).
+     *
+     * @param dir the directory
+     * @return this builder
+     */
+    public Builder journalDir(Path dir) {
+      this.journalDir = Objects.requireNonNull(dir, "dir");
+      return this;
+    }
+
+    /**
+     * The tenant the runner's own journal is partitioned by (instead of the API key), so that
+     * another API key of the same tenant finds the records.
+     *
+     * @param tenant the tenant, or null for the API key
+     * @return this builder
+     */
+    public Builder tenant(String tenant) {
+      this.tenant = tenant;
+      return this;
+    }
+
+    /**
+     * No journal at all (explicit opt-out): settlements are not persisted, so a crash between the
+     * work and the end of the commit loses the usage, and nothing is replayed on start.
+     *
+     * @return this builder
+     */
+    public Builder noJournal() {
+      this.journal = null;
+      this.journalOff = true;
+      return this;
+    }
+
+    /**
+     * Whether {@link HeartbeatRunner#start()} settles, in the background, every record of the
+     * journal's partition that no other process is settling (J-6). Default true.
+     *
+     * @param replay whether to replay
+     * @return this builder
+     */
+    public Builder replayOnStart(boolean replay) {
+      this.replayOnStart = replay;
+      return this;
+    }
+
+    /**
+     * The expired-commit fallback's subject and action ({@code {"subject":{...},"action":{...}}})
+     * for {@link HeartbeatRunner#commit}. Not set: taken from the heartbeat's create request (a
+     * runner started from a create); an adopted reservation passes it here or to {@link
+     * HeartbeatRunner#commit(String, String, String, String)}. Without it, a commit after expiry
+     * ends {@code expired_unrecorded}.
+     *
+     * @param eventJson the JSON object
+     * @return this builder
+     */
+    public Builder event(String eventJson) {
+      this.eventJson = eventJson;
+      return this;
+    }
+
+    /**
+     * The settlements' retry policy (default {@link Settlement.RetryPolicy#DEFAULT}).
+     *
+     * @param retry the policy
+     * @return this builder
+     */
+    public Builder settlementRetry(Settlement.RetryPolicy retry) {
+      this.settlementRetry = Objects.requireNonNull(retry, "retry");
+      return this;
+    }
+
+    /**
+     * What happens when the heartbeat fails (HP-1); default {@link HeartbeatFailurePolicy#WARN}.
+     *
+     * @param policy the policy
+     * @return this builder
+     */
+    public Builder heartbeatFailurePolicy(HeartbeatFailurePolicy policy) {
+      this.failurePolicy = Objects.requireNonNull(policy, "policy");
+      return this;
+    }
+
+    /**
+     * The work the lease protects, cancelled ({@code cancel(true)}: its thread interrupted) under
+     * {@link HeartbeatFailurePolicy#CANCEL} when the heartbeat stops on its own. May also be set
+     * after start with {@link HeartbeatRunner#work(Future)}.
+     *
+     * @param work the work's future
+     * @return this builder
+     */
+    public Builder work(Future<?> work) {
+      this.work = Objects.requireNonNull(work, "work");
+      return this;
+    }
+
+    /**
      * The runner (not started).
      *
      * @return the runner
+     * @throws JournalException when the runner's own journal cannot be opened (a symbolic link,
+     *     not writable, ...): choose another directory or {@link #noJournal()}
      */
     public HeartbeatRunner build() {
       return new HeartbeatRunner(this);
@@ -275,6 +500,17 @@ public final class HeartbeatRunner implements AutoCloseable {
   private final long budgetNs; // Long.MAX_VALUE: no deadline
   private final long enforcedNs; // budget minus the detection slack
   private final CompletableFuture<Decision> done = new CompletableFuture<>();
+  private final Journal journal; // null: no journal
+  private final boolean replayOnStart;
+  private final String eventJson;
+  private final Settlement.RetryPolicy settlementRetry;
+  private final HeartbeatFailurePolicy failurePolicy;
+  /** The settlements in progress (commit, release, replayed), for flush and close. */
+  private final Set<Settler> settling = ConcurrentHashMap.newKeySet();
+  /** The process-wide journal this runner opened by default, if it did. */
+  private SharedJournal sharedJournal;
+  /** Completes once the replay on start handed its settlements over (at once without one). */
+  private final CompletableFuture<Void> replayed = new CompletableFuture<>();
 
   // Guarded by this.
   private boolean started;
@@ -292,6 +528,12 @@ public final class HeartbeatRunner implements AutoCloseable {
   private Optional<Num> armedProvenUntil = Optional.empty();
   private boolean succeeded;
   private Decision last;
+  private Future<?> work;
+  /** The lease's own settlement (commit or release), once asked for: it owns the end. */
+  private CompletableFuture<SettleResult> settlement;
+  /** HP-1: the heartbeat's failure to report (a stop is sticky; a retry until a success). */
+  private HeartbeatFailure failure;
+  private boolean stopFailure;
 
   private HeartbeatRunner(Builder b) {
     this.hb = b.heartbeat;
@@ -299,6 +541,28 @@ public final class HeartbeatRunner implements AutoCloseable {
     this.listener = b.listener;
     this.releaseOnStop = b.releaseOnStop;
     this.finalizeTimeoutNs = b.finalizeTimeout.toNanos();
+    this.replayOnStart = b.replayOnStart;
+    this.settlementRetry = b.settlementRetry;
+    this.failurePolicy = b.failurePolicy;
+    this.work = b.work;
+    String event = b.eventJson;
+    if (event == null && hb.createRequestJson != null) {
+      event =
+          Wire.open(NativeBridge.nativeEventOfCreate(Utf8.encode(hb.createRequestJson, "create")))
+              .optStr()
+              .orElse(null);
+    }
+    this.eventJson = event;
+    if (b.journal != null) {
+      this.journal = b.journal;
+    } else if (!b.journalOff && transport instanceof HttpClientTransport) {
+      HttpClientTransport t = (HttpClientTransport) transport;
+      SharedJournal shared = SharedJournal.of(b.journalDir, t.baseUrl(), t.apiKey(), b.tenant);
+      this.journal = shared.journal;
+      this.sharedJournal = shared;
+    } else {
+      this.journal = null;
+    }
     OptionalLong timeout = hb.requestTimeoutMillis();
     this.budgetNs =
         timeout.isPresent() && timeout.getAsLong() < Long.MAX_VALUE / 1_000_000L
@@ -340,9 +604,368 @@ public final class HeartbeatRunner implements AutoCloseable {
           armJeopardy(last);
         }
         schedule(this::tick, 0);
+        if (journal != null
+            && replayOnStart
+            && (sharedJournal == null || sharedJournal.replayed.compareAndSet(false, true))) {
+          later(this::replayJournal, 0);
+        } else {
+          replayed.complete(null);
+        }
       }
     }
     return done;
+  }
+
+  // ----- settlement (issue 27: commit / release through Settlement and the journal) -----
+
+  /**
+   * The journals runners open by default, one per (base directory, server, principal) for the
+   * whole process: opening one costs a PBKDF2 of the partition name, and many runners share a
+   * transport. Never closed (the OS releases their claims at exit); replayed on the first start.
+   */
+  static final class SharedJournal {
+    private static final ConcurrentHashMap<List<String>, SharedJournal> OPEN = new ConcurrentHashMap<>();
+
+    final Journal journal;
+    final java.util.concurrent.atomic.AtomicBoolean replayed = new java.util.concurrent.atomic.AtomicBoolean();
+
+    private SharedJournal(Journal journal) {
+      this.journal = journal;
+    }
+
+    static SharedJournal of(Path dir, String baseUrl, String apiKey, String tenant) {
+      Path base = Journal.baseDir(dir).toAbsolutePath().normalize();
+      boolean byTenant = tenant != null && !tenant.isBlank();
+      // The key lives in this process's memory only, as in the transport.
+      List<String> id =
+          List.of(base.toString(), baseUrl, byTenant ? "tenant" : "key", byTenant ? tenant : apiKey);
+      SharedJournal j = OPEN.get(id);
+      if (j != null) {
+        return j;
+      }
+      return OPEN.computeIfAbsent(id, k -> new SharedJournal(Journal.open(base, baseUrl, apiKey, tenant)));
+    }
+  }
+
+  /**
+   * Commits the actual usage through a {@link Settlement} (ST-1..ST-11): the record is journaled
+   * before the first commit leaves (J-1), the commit is sent and retried exactly as the
+   * settlement decides (one key, its delays, {@code Retry-After}, the {@code POST /v1/events}
+   * fallback after a 410 / {@code RESERVATION_EXPIRED} when the event's subject and action are
+   * known), and the record is removed or kept at the end (J-5). The heartbeat keeps running while
+   * the commit is in flight and stops when a settlement decision says so (ST-11). After the
+   * heartbeat stopped (even {@code expired}) the commit is still sent: the server may be within
+   * its grace; its answer is the result.
+   *
+   * <p>Only the first {@code commit} or {@link #release} of a runner settles; a later call returns
+   * the same future. {@link Builder#releaseOnStop(boolean)} sends nothing once this was called.
+   *
+   * @param actualJson the {@code actual} Amount JSON object, e.g. {@code
+   *     {"unit":"TOKENS","amount":812}}; null when no actual amount is known: nothing is sent and
+   *     the result is {@link Settlement.Outcome#NO_ACTUAL} (ST-10)
+   * @param metricsJson the {@code metrics} JSON object, or null
+   * @param metadataJson the {@code metadata} JSON object, or null
+   * @return completes with the result once the settlement ended; under {@link
+   *     HeartbeatFailurePolicy#FAIL_ON_FINALIZE} exceptionally with a {@link
+   *     HeartbeatFailureException} after settlement if the heartbeat failed
+   * @throws LeaseException {@code INVALID_CONFIG} for a body the core refuses (not JSON, an amount
+   *     beyond 2^63-1, ...): nothing is sent or written
+   * @throws IllegalStateException when the lease has no reservation (its create did not succeed)
+   */
+  public CompletableFuture<SettleResult> commit(
+      String actualJson, String metricsJson, String metadataJson) {
+    return commit(actualJson, metricsJson, metadataJson, eventJson);
+  }
+
+  /**
+   * {@link #commit(String, String, String)} with this event fallback (subject and action), e.g.
+   * for an adopted reservation.
+   *
+   * @param actualJson see {@link #commit(String, String, String)}
+   * @param metricsJson the {@code metrics} JSON object, or null
+   * @param metadataJson the {@code metadata} JSON object, or null
+   * @param eventJson {@code {"subject":{...},"action":{...}}}, or null for no fallback
+   * @return see {@link #commit(String, String, String)}
+   */
+  public CompletableFuture<SettleResult> commit(
+      String actualJson, String metricsJson, String metadataJson, String eventJson) {
+    String body = null;
+    if (actualJson != null) {
+      StringBuilder b = new StringBuilder("{\"actual\":").append(actualJson);
+      if (metricsJson != null) {
+        b.append(",\"metrics\":").append(metricsJson);
+      }
+      if (metadataJson != null) {
+        b.append(",\"metadata\":").append(metadataJson);
+      }
+      body = b.append('}').toString();
+    }
+    String commitBody = body;
+    return settle(
+        id ->
+            (commitBody == null ? Settlement.withoutActual(id) : Settlement.commit(id, commitBody))
+                .event(eventJson));
+  }
+
+  /**
+   * {@link #commit(String, String, String)} of the actual amount alone.
+   *
+   * @param actualJson the {@code actual} Amount JSON object, or null (no actual known)
+   * @return see {@link #commit(String, String, String)}
+   */
+  public CompletableFuture<SettleResult> commit(String actualJson) {
+    return commit(actualJson, null, null);
+  }
+
+  /**
+   * Releases the reservation through a {@link Settlement} (for work that used nothing): retried
+   * with one key as the settlement decides, not journaled. Sent after any stop too ({@code
+   * expired} included: the server may be within its grace). Only the first {@link #commit} or
+   * {@code release} settles.
+   *
+   * @param reason the release's reason (at most 256 characters), or null
+   * @return completes with the result; see {@link #commit(String, String, String)} for {@link
+   *     HeartbeatFailurePolicy#FAIL_ON_FINALIZE}
+   */
+  public CompletableFuture<SettleResult> release(String reason) {
+    return settle(id -> Settlement.release(id).releaseReason(reason));
+  }
+
+  private CompletableFuture<SettleResult> settle(
+      java.util.function.Function<String, Settlement.Builder> how) {
+    CompletableFuture<SettleResult> f;
+    synchronized (this) {
+      if (settlement != null) {
+        return settlement;
+      }
+      Optional<String> id = Optional.empty();
+      try {
+        id = hb.isClosed() ? Optional.empty() : hb.reservationId();
+      } catch (IllegalStateException e) {
+        // closed meanwhile
+      }
+      if (id.isEmpty() && last != null) {
+        id = last.reservationId();
+      }
+      if (id.isEmpty()) {
+        throw new IllegalStateException("leasebeat: the lease has no reservation to settle");
+      }
+      Settlement.Builder b =
+          how.apply(id.get()).retry(settlementRetry).baseUrl(journal == null ? "" : journal.baseUrl());
+      Settlement s = b.build(System.nanoTime(), System.currentTimeMillis());
+      String rid = id.get();
+      Settler st =
+          new Settler(
+              s, journal, transport, executor, attemptTimeoutNs(), false, d -> settlementDecided(rid, d));
+      settling.add(st);
+      f = st.start().whenComplete((r, ex) -> settled(st, r));
+      if (failurePolicy == HeartbeatFailurePolicy.FAIL_ON_FINALIZE) {
+        f =
+            f.thenCompose(
+                r -> {
+                  HeartbeatFailure hf;
+                  synchronized (this) {
+                    hf = failure;
+                  }
+                  return hf == null
+                      ? CompletableFuture.completedFuture(r)
+                      : CompletableFuture.failedFuture(new HeartbeatFailureException(hf, r));
+                });
+      }
+      settlement = f;
+    }
+    return f;
+  }
+
+  /** The deadline of one settlement attempt: the heartbeat's enforced budget, else the finalize timeout. */
+  private long attemptTimeoutNs() {
+    return enforcedNs == Long.MAX_VALUE ? finalizeTimeoutNs : enforcedNs;
+  }
+
+  private void settlementDecided(String reservationId, SettlementDecision d) {
+    safely(() -> listener.onSettlementDecision(reservationId, d), "onSettlementDecision");
+    if (d.stopHeartbeat()) {
+      stopForSettlement();
+    }
+  }
+
+  private void settled(Settler st, SettleResult r) {
+    settling.remove(st);
+    if (r != null) {
+      safely(() -> listener.onSettled(r), "onSettled");
+    }
+  }
+
+  /** ST-11: a settlement decision said stop_heartbeat: the heartbeat is cancelled, nothing sent. */
+  private void stopForSettlement() {
+    synchronized (this) {
+      if (stopRequested || stopped) {
+        return;
+      }
+    }
+    stop(null);
+  }
+
+  /** Replays the journal on start (J-6): every record no other process holds is settled. */
+  private void replayJournal() {
+    try {
+      replayRecords();
+    } finally {
+      replayed.complete(null);
+    }
+  }
+
+  private void replayRecords() {
+    JournalReplay r;
+    try {
+      r = journal.replay(System.nanoTime(), System.currentTimeMillis(), settlementRetry);
+    } catch (RuntimeException e) {
+      LOG.log(System.Logger.Level.WARNING, "leasebeat: the journal replay failed", e);
+      return;
+    }
+    safely(() -> listener.onReplay(r), "onReplay");
+    for (Settlement s : r.settlements()) {
+      String rid = s.reservationId();
+      Settler st =
+          new Settler(
+              s,
+              journal,
+              transport,
+              executor,
+              attemptTimeoutNs(),
+              true,
+              d -> safely(() -> listener.onSettlementDecision(rid, d), "onSettlementDecision"));
+      settling.add(st);
+      st.start().whenComplete((res, ex) -> settled(st, res));
+    }
+  }
+
+  /**
+   * Waits at most {@code timeout} for every settlement in progress (commit, release, replayed
+   * records) to end (J-7). What is unresolved then stays journaled for the next replay (the
+   * settlements go on in the background until {@link #close()}).
+   *
+   * @param timeout the longest wait
+   * @return true when none is left in progress
+   */
+  public boolean flush(Duration timeout) {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    synchronized (this) {
+      if (!started) {
+        replayed.complete(null); // never started: nothing replayed
+      }
+    }
+    try {
+      replayed.get(Math.max(deadline - System.nanoTime(), 0), TimeUnit.NANOSECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    } catch (java.util.concurrent.TimeoutException e) {
+      return false;
+    } catch (java.util.concurrent.ExecutionException e) {
+      // not completed exceptionally
+    }
+    for (Settler st : List.copyOf(settling)) {
+      long left = deadline - System.nanoTime();
+      try {
+        st.result().get(Math.max(left, 0), TimeUnit.NANOSECONDS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return false;
+      } catch (java.util.concurrent.TimeoutException e) {
+        return false;
+      } catch (java.util.concurrent.ExecutionException | java.util.concurrent.CancellationException e) {
+        // ended (its failure was reported through its own future)
+      }
+    }
+    return settling.isEmpty();
+  }
+
+  /**
+   * The number of settlements in progress (commit, release, replayed records).
+   *
+   * @return the count
+   */
+  public int settlementsInProgress() {
+    return settling.size();
+  }
+
+  /**
+   * The work to cancel under {@link HeartbeatFailurePolicy#CANCEL} (see {@link
+   * Builder#work(Future)}).
+   *
+   * @param work the work's future
+   */
+  public synchronized void work(Future<?> work) {
+    this.work = Objects.requireNonNull(work, "work");
+  }
+
+  /**
+   * The journal this runner persists to, if any.
+   *
+   * @return the journal, or empty (opted out, or a transport without a journal)
+   */
+  public Optional<Journal> journal() {
+    return Optional.ofNullable(journal);
+  }
+
+  /**
+   * The heartbeat failure the runner reported last and still holds (HP-1): a stop the runner did
+   * not ask for, or a failed beat not yet followed by a success.
+   *
+   * @return the failure, or empty
+   */
+  public synchronized Optional<HeartbeatFailure> heartbeatFailure() {
+    return Optional.ofNullable(failure);
+  }
+
+  /** HP-1: reports a failed beat or an unrequested stop; cancels the work under CANCEL. */
+  private void heartbeatOutcome(Decision d) {
+    boolean stop = d.isStop();
+    if (!stop && d.outcome() == OutcomeClass.SUCCESS) {
+      if (!stopFailure) {
+        failure = null;
+      }
+      return;
+    }
+    if (stop && reasonOf(d) == StopReason.CANCELLED) {
+      return; // asked for (stop(), a settlement's stop_heartbeat)
+    }
+    if (!stop && (d.outcome() == OutcomeClass.CANCELLED)) {
+      return;
+    }
+    HeartbeatFailure.Disposition disp =
+        stop
+            ? HeartbeatFailure.Disposition.STOP
+            : d.key().orElse(KeyUse.SAME) == KeyUse.SAME
+                ? HeartbeatFailure.Disposition.RETRY_SAME_KEY
+                : HeartbeatFailure.Disposition.RETRY_NEW_KEY;
+    Optional<String> id = d.reservationId();
+    if (id.isEmpty()) {
+      try {
+        id = hb.isClosed() ? Optional.empty() : hb.reservationId();
+      } catch (IllegalStateException e) {
+        id = Optional.empty();
+      }
+    }
+    HeartbeatFailure hf = new HeartbeatFailure(id, d, disp);
+    if (!stopFailure) {
+      failure = hf;
+      stopFailure = stop;
+    }
+    LOG.log(
+        System.Logger.Level.WARNING,
+        "leasebeat: heartbeat failure of "
+            + id.orElse("(no reservation yet)")
+            + ": "
+            + disp
+            + (stop ? " (" + reasonOf(d).wire() + ")" : "")
+            + " "
+            + d.toJson());
+    safely(() -> listener.onHeartbeatFailure(hf), "onHeartbeatFailure");
+    if (stop && failurePolicy == HeartbeatFailurePolicy.CANCEL && work != null) {
+      work.cancel(true);
+    }
   }
 
   /**
@@ -442,6 +1065,10 @@ public final class HeartbeatRunner implements AutoCloseable {
       Thread.currentThread().interrupt();
     } catch (Exception e) {
       // The stop decision is delivered through the future; nothing else to do here.
+    }
+    flush(Duration.ofNanos(finalizeTimeoutNs));
+    for (Settler st : List.copyOf(settling)) {
+      st.abandon("the runner was closed: the record stays journaled for the next replay");
     }
     if (ownExecutor) {
       executor.shutdownNow();
@@ -608,6 +1235,7 @@ public final class HeartbeatRunner implements AutoCloseable {
       return;
     }
     deliverDecision(d);
+    heartbeatOutcome(d);
     if (d.isStop()) {
       finish(d);
       return;
@@ -719,7 +1347,7 @@ public final class HeartbeatRunner implements AutoCloseable {
     Optional<String> stopId = id;
     safely(() -> listener.onStop(stopId, d), "onStop");
     boolean commit = commitActual != null;
-    if (id.isEmpty() || gone(d) || !(commit || releaseOnStop)) {
+    if (id.isEmpty() || gone(d) || settlement != null || !(commit || releaseOnStop)) {
       done.complete(d);
       return;
     }

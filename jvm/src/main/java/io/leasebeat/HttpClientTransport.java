@@ -90,6 +90,20 @@ public final class HttpClientTransport implements Transport {
     this.apiKey = apiKey;
   }
 
+  /**
+   * The server's base URL (without a trailing slash), as the journal partitions by it.
+   *
+   * @return the base URL
+   */
+  public String baseUrl() {
+    return base;
+  }
+
+  /** The API key (for the journal's partition name only; never written). */
+  String apiKey() {
+    return apiKey;
+  }
+
   @Override
   public CompletableFuture<Response> send(Call call) {
     HttpRequest.Builder req =

@@ -151,4 +151,27 @@ final class NativeBridge {
       long handle, long attemptId, int status, byte[] headers, byte[] body, long nowNs, long wallMs);
 
   static native byte[] nativeSettleFailure(long handle, long attemptId, int failure, long nowNs);
+
+  static native byte[] nativeEventOfCreate(byte[] createJson);
+
+  // ----- journal (cold calls only: envelopes, see jvm/native/journal.rs) -----
+
+  static native byte[] nativeJournalOpen(byte[] dir, byte[] baseUrl, byte[] apiKey, byte[] tenant);
+
+  static native byte[] nativeJournalOpenPartition(byte[] dir, byte[] baseUrl);
+
+  static native byte[] nativeJournalBaseDir(byte[] dir);
+
+  static native void nativeJournalFree(long handle);
+
+  static native byte[] nativeJournalPersist(long journal, long settlement, long nowNs);
+
+  static native byte[] nativeJournalFinish(long journal, long settlement);
+
+  static native byte[] nativeJournalReplay(
+      long journal, int maxAttempts, long initialMs, long maxMs, long wallMs);
+
+  static native byte[] nativeJournalScan(long journal);
+
+  static native byte[] nativeJournalById(long journal, byte[] id, int what);
 }

@@ -524,7 +524,11 @@ public final class Settlement implements AutoCloseable {
   }
 
   private static Settlement open(byte[] envelope, long origin) {
-    Wire w = Wire.open(envelope);
+    return read(Wire.open(envelope), origin);
+  }
+
+  /** A settlement from a handle and its first decision in {@code w} (also {@link Journal#replay}). */
+  static Settlement read(Wire w, long origin) {
     long handle = w.u64();
     return new Settlement(handle, origin, SettlementDecision.read(w, origin));
   }
@@ -537,7 +541,7 @@ public final class Settlement implements AutoCloseable {
   }
 
   /** Runs one native call on the open handle, serialized with every other and with close(). */
-  private Wire call(LongFunction<byte[]> f) {
+  Wire call(LongFunction<byte[]> f) {
     synchronized (lock) {
       if (closed) {
         throw new IllegalStateException("leasebeat: this Settlement is closed");
@@ -546,7 +550,7 @@ public final class Settlement implements AutoCloseable {
     }
   }
 
-  private SettlementDecision decide(LongFunction<byte[]> f) {
+  SettlementDecision decide(LongFunction<byte[]> f) {
     synchronized (lock) {
       SettlementDecision d = SettlementDecision.read(call(f), origin);
       last = d;
@@ -555,7 +559,7 @@ public final class Settlement implements AutoCloseable {
   }
 
   /** nowNanos - origin as the core's unsigned ns. */
-  private long since(long nowNanos) {
+  long since(long nowNanos) {
     Heartbeat.checkTime(nowNanos, "nowNanos");
     long since = nowNanos - origin;
     if (since < 0) {

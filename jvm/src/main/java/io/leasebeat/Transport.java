@@ -40,7 +40,9 @@ public interface Transport {
     /** {@code POST /v1/reservations/{id}/release}. */
     RELEASE,
     /** {@code POST /v1/reservations/{id}/commit}. */
-    COMMIT
+    COMMIT,
+    /** {@code POST /v1/events} (the expired-commit fallback of a settlement). */
+    EVENT
   }
 
   /**

@@ -42,6 +42,14 @@ final class Wire {
         }
       case 2:
         throw new LeaseException(LeaseException.Code.PANIC, w.str());
+      case 3:
+        {
+          String kind = w.str();
+          Optional<String> path = w.optStr();
+          String message = w.str();
+          Optional<String> moved = w.optStr();
+          throw new JournalException(JournalException.Kind.ofWire(kind), path, message, moved);
+        }
       default:
         throw new IllegalStateException("leasebeat: unknown envelope status " + status);
     }
