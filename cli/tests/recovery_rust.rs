@@ -1533,3 +1533,37 @@ fn run_commits_through_the_journal_and_replays() {
     assert!(json_records(dir.path()).is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("1 settled"));
 }
+
+/// After the heartbeat stops `expired`, the commit is still sent (the server
+/// may be within its grace) and its answer reported; the event fallback
+/// knows the create's subject and action.
+#[test]
+fn a_commit_after_an_expired_stop_is_still_sent() {
+    let serve = Serve::start(&[
+        "--fault",
+        "extend:1=410:RESERVATION_EXPIRED",
+        "--max-lead-ms",
+        "4000",
+    ]);
+    let dir = tempdir();
+    let (driver, events) = Driver::new(config(&serve.url, dir.path())).unwrap();
+    let mut cfg = Config::new(4_000, Some(400));
+    cfg.create_request = create_body();
+    let lease = driver.start(cfg).unwrap();
+    let mut seen = Vec::new();
+    let id = reservation_of(&events, lease, &mut seen);
+    let failure = loop {
+        match events.recv_timeout(Duration::from_secs(20)).unwrap() {
+            Event::HeartbeatFailure { failure, .. } => break failure,
+            e => seen.push(e),
+        }
+    };
+    assert_eq!(failure.disposition, Disposition::Stop(StopReason::Expired));
+    // The server still holds it (the 410 was a fault): the commit lands.
+    let r = driver.commit(lease, usage()).unwrap().wait().unwrap();
+    assert_eq!(r.outcome, SettleOutcome::Committed, "{r:?}");
+    let commits = serve.requests(&["commit"]);
+    assert_eq!(commits.len(), 1);
+    assert_eq!(commits[0]["reservation_id"], id.as_str());
+    driver.shutdown();
+}

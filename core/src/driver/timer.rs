@@ -251,8 +251,6 @@ struct Slot {
     /// it surfaces early (see `Timer::queue_proven`). [`NOT_QUEUED`] when
     /// there is none.
     proven_queued_ns: u64,
-    /// Options other than the defaults (event body, HP-1 policy), if any.
-    extra: Option<Box<LeaseExtra>>,
 }
 
 /// A lease's options beyond the defaults (allocated only when given).
@@ -360,7 +358,6 @@ impl Slot {
             proven_reported: false,
             proven_queued_ns: NOT_QUEUED,
             early_ok: false,
-            extra: None,
         }
     }
 
@@ -429,6 +426,9 @@ pub(crate) struct Timer {
     /// When the slack next decays (driver clock, ns).
     slack_decay_at_ns: u64,
     max_wait: Duration,
+    /// Lease options other than the defaults (event body, HP-1 policy), by
+    /// lease: kept beside the slots, so a slot stays small.
+    extras: HashMap<LeaseHandle, Box<LeaseExtra>>,
     /// Event bodies shared by the leases that have the same one (at most 64).
     event_bodies: Vec<EventBody>,
     /// Settlements in progress, by lease.
@@ -503,6 +503,7 @@ impl Timer {
             slack_ns: INITIAL_TIMER_SLACK_NS,
             slack_decay_at_ns: 0,
             max_wait: Duration::from_millis(max_wait_ms),
+            extras: HashMap::new(),
             event_bodies: Vec::new(),
             settles: HashMap::new(),
             settle_due: BinaryHeap::new(),
@@ -728,7 +729,9 @@ impl Timer {
             .filter(|d| d.stop_reason().is_none())
             .map(|d| (d.outcome == OutcomeClass::Success, d.proven_until_ns));
         let mut slot = Box::new(Slot::new(base, hb, due_ns.unwrap_or(u64::MAX)));
-        slot.extra = extra;
+        if let Some(extra) = extra {
+            self.extras.insert(lease, extra);
+        }
         let armed = seed.and_then(|(success, proven)| slot.rearm_proven(success, proven));
         self.leases.insert(lease, slot);
         if let Some((at, _)) = armed {
@@ -1103,7 +1106,7 @@ impl Timer {
             (Some(r), Ok(resp))
                 if r.kind == AttemptKind::Create
                     && resp.status / 100 == 2
-                    && slot.extra.as_ref().is_none_or(|e| e.event.is_none()) =>
+                    && self.extras.get(&c.lease).is_none_or(|e| e.event.is_none()) =>
             {
                 slot.hb.create_request()
             }
@@ -1120,9 +1123,9 @@ impl Timer {
                     if decision.reservation_id.is_some() {
                         if let Some(body) = EventBody::from_create(&members) {
                             let body = self.intern_event(body);
-                            let slot = self.leases.get_mut(&c.lease).expect("present");
-                            slot.extra
-                                .get_or_insert_with(|| {
+                            self.extras
+                                .entry(c.lease)
+                                .or_insert_with(|| {
                                     Box::new(LeaseExtra {
                                         event: None,
                                         policy: FailurePolicy::Warn,
@@ -1328,8 +1331,9 @@ impl Timer {
         slot: Option<Box<Slot>>,
         failure: Option<HeartbeatFailure>,
     ) {
+        let extra = self.extras.remove(&lease);
         let Some(slot) = slot else { return };
-        let policy = slot.extra.as_ref().map(|e| &e.policy);
+        let policy = extra.as_ref().map(|e| &e.policy);
         if let (Some(f), Some(FailurePolicy::Cancel(c))) = (&failure, policy) {
             c.fire(f);
         }
@@ -1344,7 +1348,7 @@ impl Timer {
         let Some(reservation_id) = slot.hb.reservation_id().map(str::to_owned) else {
             return;
         };
-        let event = slot.extra.as_ref().and_then(|e| e.event.clone());
+        let event = extra.as_ref().and_then(|e| e.event.clone());
         self.ended.insert(
             lease,
             EndedLease {
@@ -1384,10 +1388,9 @@ impl Timer {
                             let _ = ack.send(Err(DriverError::NoReservation(lease)));
                             return;
                         };
-                        let event = slot.extra.as_ref().and_then(|e| e.event.clone());
-                        let fof = slot
-                            .extra
-                            .as_ref()
+                        let extra = self.extras.get(&lease);
+                        let event = extra.and_then(|e| e.event.clone());
+                        let fof = extra
                             .is_some_and(|e| matches!(e.policy, FailurePolicy::FailOnFinalize));
                         (
                             lease,
