@@ -41,6 +41,10 @@ typedef struct {
     int stopped_not_found;
     int journal_events;
     lb_lease_id last_reserved_lease;
+    /* ST-11 for lease `watch`: the sequence number of its final settlement
+       decision and of its stopped event (0: not seen) */
+    lb_lease_id watch;
+    int seq, final_decision_seq, stopped_seq;
 } ds_rec;
 
 static void ds_on_event(void *ud, const lb_event *ev) {
@@ -55,6 +59,12 @@ static void ds_on_event(void *ud, const lb_event *ev) {
     lb_event_settlement_decision(ev, &sd);
     lb_event_settle_result(ev, &sr);
     pthread_mutex_lock(&r->mu);
+    r->seq++;
+    if (r->watch && i.lease_id == r->watch) {
+        if (i.kind == LB_EVENT_KIND_SETTLEMENT && i.settle_outcome != LB_SETTLE_OUTCOME_NONE && !r->final_decision_seq)
+            r->final_decision_seq = r->seq;
+        if (i.kind == LB_EVENT_KIND_STOPPED && !r->stopped_seq) r->stopped_seq = r->seq;
+    }
     if ((unsigned)i.kind < 8) r->kinds[i.kind]++;
     if (i.kind == LB_EVENT_KIND_SETTLEMENT && sd) {
         lb_settlement_decision_info di;
@@ -298,6 +308,9 @@ static void test_live(const char *url, const char *tmp) {
     lb_lease_id lease = 0;
     EXPECT(lb_driver_start_with(d, cfg, NULL, &lease), LB_STATUS_OK);
     CHECK(ds_wait(&r, &r.reservations, 1));
+    pthread_mutex_lock(&r.mu);
+    r.watch = lease;
+    pthread_mutex_unlock(&r.mu);
     lb_settling *s = NULL;
     EXPECT(lb_driver_commit_lease(d, lease, USAGE_OK, &s), LB_STATUS_OK);
     lb_settle_result *res = NULL;
@@ -331,6 +344,12 @@ static void test_live(const char *url, const char *tmp) {
         CHECK(strstr(json, "\"outcome\":\"committed\"") != NULL);
     }
     CHECK(strlen(key) == 36 && strncmp(rid, "rsv-", 4) == 0);
+    /* ST-11: the heartbeat ran while the commit was in flight and stopped only
+       after the final settlement decision (stop_heartbeat) */
+    CHECK(ds_wait(&r, &r.stopped_seq, 1));
+    pthread_mutex_lock(&r.mu);
+    CHECK(r.final_decision_seq > 0 && r.stopped_seq > r.final_decision_seq);
+    pthread_mutex_unlock(&r.mu);
     /* a second wait gives the same result */
     lb_settle_result *res2 = NULL;
     EXPECT(lb_settling_wait(s, 0, &res2), LB_STATUS_OK);
