@@ -2438,8 +2438,10 @@ enum lb_status lb_lease_options_set_cancel_flag(struct lb_lease_options *opts,
  * once, on the driver's timer thread, with `user_data` and the heartbeat
  * failure event (`LB_EVENT_KIND_HEARTBEAT_FAILURE`, lent for the call)
  * when the lease's heartbeat stops for a reason other than a cancel. Keep
- * it short (it delays every lease's timer); it must not call
- * lb_driver_shutdown() or lb_driver_free() and must not unwind.
+ * it short (it delays every lease's timer) and do not call the driver from
+ * it: every `lb_driver_*` call that waits for the timer thread (start,
+ * commit, release, flush, shutdown, free) would wait for itself. Set a flag
+ * or signal your own thread instead. It must not unwind.
  */
 enum lb_status lb_lease_options_set_cancel_callback(struct lb_lease_options *opts,
                                                     lb_event_callback callback,
