@@ -541,3 +541,81 @@ pub(crate) fn wall_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn usage_builds_the_commit_body_without_a_key() {
+        let u = Usage::new(json!({"unit": "TOKENS", "amount": 7}))
+            .metrics(json!({"tokens_input": 3}))
+            .metadata(json!({"a": 1}));
+        let v: Value = serde_json::from_slice(u.body().unwrap()).unwrap();
+        assert_eq!(
+            v,
+            json!({"actual": {"unit": "TOKENS", "amount": 7},
+                   "metrics": {"tokens_input": 3}, "metadata": {"a": 1}})
+        );
+        assert_eq!(Usage::unknown().body(), None);
+        assert_eq!(Usage::from_json("x").body(), Some(&b"x"[..]));
+    }
+
+    #[test]
+    fn event_body_from_a_create_needs_subject_and_action() {
+        let create = json!({"subject": {"tenant": "t"}, "action": {"kind": "k", "name": "n"},
+                            "estimate": {"unit": "TOKENS", "amount": 1}});
+        let e = EventBody::from_create(create.as_object().unwrap()).unwrap();
+        let v: Value = serde_json::from_slice(e.as_bytes()).unwrap();
+        assert_eq!(
+            v,
+            json!({"subject": {"tenant": "t"}, "action": {"kind": "k", "name": "n"}})
+        );
+        let partial = json!({"subject": {"tenant": "t"}});
+        assert!(EventBody::from_create(partial.as_object().unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_cancellation_token_wakes_its_waiter_and_keeps_the_first_failure() {
+        let t = CancellationToken::new();
+        assert!(!t.wait_timeout(Duration::from_millis(10)));
+        let t2 = t.clone();
+        let waiter = std::thread::spawn(move || t2.wait_timeout(Duration::from_secs(20)));
+        let f = HeartbeatFailure {
+            lease: LeaseHandle(1),
+            reservation_id: Some("r".into()),
+            outcome: Outcome::Status(404),
+            class: "permanent",
+            disposition: Disposition::Stop(StopReason::NotFound),
+            detail: None,
+            at_ns: 1,
+        };
+        Canceller::Token(t.clone()).fire(&f);
+        assert!(waiter.join().unwrap());
+        assert!(t.is_cancelled());
+        let mut g = f.clone();
+        g.at_ns = 2;
+        Canceller::Token(t.clone()).fire(&g);
+        assert_eq!(t.failure(), Some(f.clone()));
+        assert!(f.to_string().contains("stop (not_found)"), "{f}");
+        assert_eq!(FailurePolicy::default().as_str(), "warn");
+    }
+
+    #[test]
+    fn flush_of_nothing_is_settled_at_once_and_a_bounded_wait_lists_the_pending() {
+        let p: PendingShared = Default::default();
+        assert!(flush(&p, Duration::ZERO).settled);
+        pending_lock(&p).ids.insert(LeaseHandle(3), "rsv-3".into());
+        let t = Instant::now();
+        let r = flush(&p, Duration::from_millis(30));
+        assert!(t.elapsed() >= Duration::from_millis(30));
+        assert_eq!(
+            r,
+            FlushReport {
+                settled: false,
+                pending: vec!["rsv-3".into()]
+            }
+        );
+    }
+}
