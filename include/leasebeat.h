@@ -2106,14 +2106,17 @@ enum lb_status lb_driver_start_for_reservation(const struct lb_driver *driver,
 enum lb_status lb_driver_cancel(const struct lb_driver *driver, lb_lease_id lease_id);
 
 /**
- * Releases a reservation now, on the calling thread:
- * `POST {base_url}/v1/reservations/{reservation_id}/release` with a fresh
- * idempotency key and `reason` (NUL-terminated UTF-8, or NULL for none),
- * bounded by 5 s. Cancel the lease first (lb_driver_cancel()). The outcome
- * (a status such as 200, or a transport failure) goes to `*out`.
+ * Releases a reservation, on the calling thread, as a settlement (ST-9, SP-1):
+ * `POST {base_url}/v1/reservations/{reservation_id}/release` with `reason` (NUL-terminated
+ * UTF-8, or NULL for none), one idempotency key for every attempt, retried on timeouts,
+ * resets, 5xx and 429 as the core decides (at most 5 attempts, each bounded by the driver's
+ * settlement budget), not journaled. Blocks until the outcome is final. Cancel the lease
+ * first (lb_driver_cancel()). The deciding answer (an HTTP status such as 200, or the last
+ * transport failure when none answered) goes to `*out`. For the full outcome (code, key,
+ * decisions) use lb_driver_release_reservation().
  *
- * Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
- * `LB_STATUS_SHUT_DOWN`.
+ * Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`, `LB_STATUS_INVALID_ARGUMENT`
+ * (a reservation id the protocol cannot carry), `LB_STATUS_SHUT_DOWN`.
  */
 enum lb_status lb_driver_release(const struct lb_driver *driver,
                                  const char *reservation_id,
@@ -2121,14 +2124,18 @@ enum lb_status lb_driver_release(const struct lb_driver *driver,
                                  struct lb_finalize_result *out);
 
 /**
- * Commits a reservation now, on the calling thread:
- * `POST {base_url}/v1/reservations/{reservation_id}/commit` with a fresh
- * idempotency key and `actual_json` (NUL-terminated UTF-8 JSON, an Amount
- * object such as `{"unit":"TOKENS","amount":42}`), bounded by 5 s. The
- * outcome goes to `*out`.
+ * Commits a reservation, on the calling thread, as a journaled settlement (ST-1..ST-8,
+ * J-1): `POST {base_url}/v1/reservations/{reservation_id}/commit` with `actual_json`
+ * (NUL-terminated UTF-8 JSON, an Amount object such as `{"unit":"TOKENS","amount":42}`),
+ * written to the driver's journal before it leaves, one idempotency key for every attempt,
+ * retried as the core decides, the `Retry-After` of a 429 honoured (this call then blocks
+ * that long, at most an hour). No event fallback: a reservation the driver does not
+ * heartbeat has no subject/action here, so an expired one ends `expired_unrecorded` with its
+ * record kept (use lb_driver_commit_reservation() with an event body for the fallback).
+ * Blocks until the outcome is final; the deciding answer goes to `*out`.
  *
- * Errors: `LB_STATUS_INVALID_ARGUMENT` (`actual_json` is not a JSON
- * object), `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (`actual_json` is not a JSON object, or an id the
+ * protocol cannot carry), `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
  * `LB_STATUS_SHUT_DOWN`.
  */
 enum lb_status lb_driver_commit(const struct lb_driver *driver,

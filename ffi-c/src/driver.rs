@@ -17,10 +17,10 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
+use leasebeat::TransportFailure;
 use leasebeat::driver::{
     ApiKey, Driver, DriverConfig, DriverError, Event, JeopardyReason, Outcome,
 };
-use leasebeat::{Response, TransportFailure};
 use serde_json::{Map, Value};
 
 use crate::buf::{check_out, copy_text, try_ref, try_str, write_out};
@@ -764,29 +764,66 @@ pub struct lb_finalize_result {
     pub failure: lb_failure,
 }
 
-fn finalize_result(r: Result<Response, TransportFailure>) -> lb_finalize_result {
-    match r {
-        Ok(resp) => lb_finalize_result {
+/// The answer of a settlement, in the shape of the old single-attempt result: the HTTP status
+/// that decided, or (no response decided: transport failures until exhausted) the kind of the
+/// last transport failure.
+fn finalize_result(r: &leasebeat::driver::SettleResult) -> lb_finalize_result {
+    match r.status {
+        Some(status) => lb_finalize_result {
             responded: true,
-            http_status: u32::from(resp.status),
+            http_status: u32::from(status),
             failure: 0,
         },
-        Err(f) => lb_finalize_result {
-            responded: false,
-            http_status: 0,
-            failure: failure_value(f),
-        },
+        None => {
+            let detail = r
+                .decisions
+                .iter()
+                .rev()
+                .find_map(|d| d.detail.as_deref())
+                .unwrap_or("");
+            let failure = [
+                TransportFailure::Connect,
+                TransportFailure::Reset,
+                TransportFailure::Timeout,
+            ]
+            .into_iter()
+            .find(|f| detail.contains(f.as_str()))
+            .unwrap_or(TransportFailure::Timeout);
+            lb_finalize_result {
+                responded: false,
+                http_status: 0,
+                failure: failure_value(failure),
+            }
+        }
     }
 }
 
-/// Releases a reservation now, on the calling thread:
-/// `POST {base_url}/v1/reservations/{reservation_id}/release` with a fresh
-/// idempotency key and `reason` (NUL-terminated UTF-8, or NULL for none),
-/// bounded by 5 s. Cancel the lease first (lb_driver_cancel()). The outcome
-/// (a status such as 200, or a transport failure) goes to `*out`.
+/// Runs a settlement of a reservation the driver does not heartbeat and waits for its end.
+fn settle_blocking(
+    d: &lb_driver,
+    start: impl FnOnce(&Driver) -> Result<leasebeat::driver::Settling, leasebeat::driver::DriverError>
+    + Send
+    + 'static,
+) -> Result<lb_finalize_result, Fail> {
+    let result = d.off_thread(move |driver| start(driver).map(|s| s.wait()))?;
+    match result {
+        Ok(Some(r)) => Ok(finalize_result(&r)),
+        Ok(None) => Err(shut_down()),
+        Err(e) => Err(driver_error(e)),
+    }
+}
+
+/// Releases a reservation, on the calling thread, as a settlement (ST-9, SP-1):
+/// `POST {base_url}/v1/reservations/{reservation_id}/release` with `reason` (NUL-terminated
+/// UTF-8, or NULL for none), one idempotency key for every attempt, retried on timeouts,
+/// resets, 5xx and 429 as the core decides (at most 5 attempts, each bounded by the driver's
+/// settlement budget), not journaled. Blocks until the outcome is final. Cancel the lease
+/// first (lb_driver_cancel()). The deciding answer (an HTTP status such as 200, or the last
+/// transport failure when none answered) goes to `*out`. For the full outcome (code, key,
+/// decisions) use lb_driver_release_reservation().
 ///
-/// Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
-/// `LB_STATUS_SHUT_DOWN`.
+/// Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`, `LB_STATUS_INVALID_ARGUMENT`
+/// (a reservation id the protocol cannot carry), `LB_STATUS_SHUT_DOWN`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_driver_release(
     driver: *const lb_driver,
@@ -807,21 +844,27 @@ pub extern "C" fn lb_driver_release(
         };
         check_out(out, "out")?;
         let (id, reason) = (id.to_owned(), reason.map(str::to_owned));
-        let result = d.off_thread(move |driver| driver.release_once(&id, reason.as_deref()))?;
+        let result = settle_blocking(d, move |driver| {
+            driver.release_reservation(&id, reason.as_deref())
+        })?;
         // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, finalize_result(result)) };
+        unsafe { write_out(out, result) };
         Ok(())
     })
 }
 
-/// Commits a reservation now, on the calling thread:
-/// `POST {base_url}/v1/reservations/{reservation_id}/commit` with a fresh
-/// idempotency key and `actual_json` (NUL-terminated UTF-8 JSON, an Amount
-/// object such as `{"unit":"TOKENS","amount":42}`), bounded by 5 s. The
-/// outcome goes to `*out`.
+/// Commits a reservation, on the calling thread, as a journaled settlement (ST-1..ST-8,
+/// J-1): `POST {base_url}/v1/reservations/{reservation_id}/commit` with `actual_json`
+/// (NUL-terminated UTF-8 JSON, an Amount object such as `{"unit":"TOKENS","amount":42}`),
+/// written to the driver's journal before it leaves, one idempotency key for every attempt,
+/// retried as the core decides, the `Retry-After` of a 429 honoured (this call then blocks
+/// that long, at most an hour). No event fallback: a reservation the driver does not
+/// heartbeat has no subject/action here, so an expired one ends `expired_unrecorded` with its
+/// record kept (use lb_driver_commit_reservation() with an event body for the fallback).
+/// Blocks until the outcome is final; the deciding answer goes to `*out`.
 ///
-/// Errors: `LB_STATUS_INVALID_ARGUMENT` (`actual_json` is not a JSON
-/// object), `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
+/// Errors: `LB_STATUS_INVALID_ARGUMENT` (`actual_json` is not a JSON object, or an id the
+/// protocol cannot carry), `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
 /// `LB_STATUS_SHUT_DOWN`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_driver_commit(
@@ -841,9 +884,10 @@ pub extern "C" fn lb_driver_commit(
         let actual: Map<String, Value> = serde_json::from_str(actual)
             .map_err(|e| Fail::invalid(format!("actual_json is not a JSON object: {e}")))?;
         let id = id.to_owned();
-        let result = d.off_thread(move |driver| driver.commit_once(&id, Value::Object(actual)))?;
+        let usage = leasebeat::driver::Usage::new(Value::Object(actual));
+        let result = settle_blocking(d, move |driver| driver.commit_reservation(&id, usage, None))?;
         // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, finalize_result(result)) };
+        unsafe { write_out(out, result) };
         Ok(())
     })
 }

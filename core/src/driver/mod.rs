@@ -1085,19 +1085,10 @@ impl Driver {
         settle::flush(&self.pending, timeout)
     }
 
-    /// The old single-attempt release (one request, a fresh key, no retry,
-    /// nothing journaled), kept for the C ABI until it moves to
-    /// [`Driver::release`]. Prefer [`Driver::release`].
-    #[doc(hidden)]
-    pub fn release_once(
-        &self,
-        reservation_id: &str,
-        reason: Option<&str>,
-    ) -> Result<Response, TransportFailure> {
-        self.release_once_at(&self.base, reservation_id, reason)
-    }
-
-    /// [`Driver::release_once`] on another server.
+    /// A single-attempt release on another server (one request, a fresh key, no retry,
+    /// nothing journaled), for `leasebeat demo`'s many servers only: not an API. A lease is
+    /// released with [`Driver::release`], a reservation with
+    /// [`Driver::release_reservation`].
     #[doc(hidden)]
     pub fn release_once_at(
         &self,
@@ -1110,20 +1101,6 @@ impl Driver {
             body.insert("reason".into(), Value::from(r));
         }
         self.finalize(base_url, reservation_id, "release", body)
-    }
-
-    /// The old single-attempt commit (see [`Driver::release_once`]).
-    /// Prefer [`Driver::commit`].
-    #[doc(hidden)]
-    pub fn commit_once(
-        &self,
-        reservation_id: &str,
-        actual: Value,
-    ) -> Result<Response, TransportFailure> {
-        let mut body = Map::new();
-        body.insert("actual".into(), actual);
-        let base = self.base.clone();
-        self.finalize(&base, reservation_id, "commit", body)
     }
 
     fn finalize(
