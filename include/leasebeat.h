@@ -52,8 +52,9 @@
  * (except the needed size on `LB_STATUS_BUFFER_TOO_SMALL`); the thread's
  * last-error message (lb_last_error()) then says what was wrong.
  *
- * Values 1..=99 mirror the core's error kinds one to one; values from 100 are
- * the C layer's own. The numbers are stable.
+ * Values 1..=99 mirror the core's error kinds one to one; values 100..=109
+ * are the C layer's own; values 110..=129 mirror the journal's error kinds
+ * (`JournalErrorKind`) one to one. The numbers are stable.
  */
 typedef enum lb_status {
     /**
@@ -128,6 +129,59 @@ typedef enum lb_status {
      * thread to finish.
      */
     LB_STATUS_IN_CALLBACK = 105,
+    /**
+     * A bounded wait ended before what it waited for (lb_settling_wait()).
+     */
+    LB_STATUS_TIMED_OUT = 106,
+    /**
+     * The journal directory (or a record in it) cannot be written: permission
+     * denied, a read-only file system. Journal kind `not_writable`.
+     */
+    LB_STATUS_JOURNAL_NOT_WRITABLE = 110,
+    /**
+     * A symbolic link where the journal expects its directory or a record
+     * (J-3: never followed). Journal kind `symlink`.
+     */
+    LB_STATUS_JOURNAL_SYMLINK = 111,
+    /**
+     * The file system is full (or the quota is exhausted); the previous
+     * record, if any, is intact. Journal kind `no_space`.
+     */
+    LB_STATUS_JOURNAL_NO_SPACE = 112,
+    /**
+     * The journal path (or the partition in it) exists and is not a
+     * directory. Journal kind `not_a_directory`.
+     */
+    LB_STATUS_JOURNAL_NOT_A_DIRECTORY = 113,
+    /**
+     * No journal directory was given, `CYCLES_JOURNAL_DIR` is unset and
+     * there is no home directory. Journal kind `no_directory`.
+     */
+    LB_STATUS_JOURNAL_NO_DIRECTORY = 114,
+    /**
+     * The record is not one the journal can take: an empty reservation id,
+     * a missing body. Journal kind `invalid_record`.
+     */
+    LB_STATUS_JOURNAL_INVALID_RECORD = 115,
+    /**
+     * A stored record did not parse or validate (J-4): it was renamed aside
+     * (quarantined). Journal kind `corrupt`.
+     */
+    LB_STATUS_JOURNAL_CORRUPT = 116,
+    /**
+     * The file under the id's name holds another reservation id; it was left
+     * alone. Journal kind `misplaced`.
+     */
+    LB_STATUS_JOURNAL_MISPLACED = 117,
+    /**
+     * Any other I/O error of the journal. Journal kind `io`.
+     */
+    LB_STATUS_JOURNAL_IO = 118,
+    /**
+     * lb_journal_finish() was given a settlement that has not ended: nothing
+     * was touched. Journal kind `not_finished`.
+     */
+    LB_STATUS_JOURNAL_NOT_FINISHED = 119,
 } lb_status;
 
 /**
@@ -386,6 +440,32 @@ typedef enum lb_event_kind {
      * (more decisions follow).
      */
     LB_EVENT_KIND_JEOPARDY = 3,
+    /**
+     * HP-1: a heartbeat attempt failed, or the heartbeat stopped for a
+     * reason other than a cancel (under every policy). `disposition` says
+     * what follows (`due_ns`: when the retry is due; `stop_reason`: why it
+     * stopped), `outcome`/`http_status`/`failure` what the attempt got,
+     * `time_ns` when; lb_event_json() has the core's class and detail.
+     */
+    LB_EVENT_KIND_HEARTBEAT_FAILURE = 4,
+    /**
+     * A settlement decision (every one, the first included): read it with
+     * lb_event_settlement_decision(); `has_attempt`, `attempt_id`,
+     * `settle_mode`, `settle_attempt_number`, `due_ns`, `attempt_sent_ns`
+     * describe the attempt it answers or marks sent; `outcome`/
+     * `http_status`/`failure` what that attempt got.
+     */
+    LB_EVENT_KIND_SETTLEMENT = 5,
+    /**
+     * A settlement ended (its last event): `settle_outcome`, `record_kept`;
+     * the whole result with lb_event_settle_result().
+     */
+    LB_EVENT_KIND_SETTLED = 6,
+    /**
+     * A journal replay's findings (lease id 0): lb_event_json() has the
+     * partition, the replayed, busy, quarantined and skipped records.
+     */
+    LB_EVENT_KIND_JOURNAL = 7,
 } lb_event_kind;
 
 /**
@@ -442,50 +522,26 @@ typedef enum lb_jeopardy_reason {
 } lb_jeopardy_reason;
 
 /**
- * The kind of an ::lb_action.
+ * What follows a heartbeat failure (`LB_EVENT_KIND_HEARTBEAT_FAILURE`).
  */
-typedef enum lb_action_kind {
+typedef enum lb_hb_disposition {
     /**
-     * Send the attempt at `due`, then call lb_heartbeat_handle_sent(). Its
-     * key and body come from lb_heartbeat_attempt_key() and
-     * lb_heartbeat_attempt_body().
+     * Not a heartbeat failure event.
      */
-    LB_ACTION_KIND_SEND = 0,
+    LB_HB_DISPOSITION_NONE = 0,
     /**
-     * The attempt is in flight: report its outcome.
+     * The attempt is retried with the same key, due at `due_ns`.
      */
-    LB_ACTION_KIND_AWAIT_OUTCOME = 1,
+    LB_HB_DISPOSITION_RETRY_SAME_KEY = 1,
     /**
-     * The heartbeat stopped for good.
+     * A new attempt with a new key follows at `due_ns`.
      */
-    LB_ACTION_KIND_STOP = 2,
-} lb_action_kind;
-
-/**
- * The kind of an ::lb_settlement_action.
- */
-typedef enum lb_settlement_action_kind {
+    LB_HB_DISPOSITION_CONTINUE = 2,
     /**
-     * Make the record (lb_settlement_record_json()) durable, then call
-     * lb_settlement_handle_persisted() or
-     * lb_settlement_handle_persist_failed(). Nothing is sent before.
+     * The heartbeat stopped for good (`stop_reason`).
      */
-    LB_SETTLEMENT_ACTION_KIND_PERSIST = 0,
-    /**
-     * Send the attempt at `due_ns` to `endpoint` with the key and body of
-     * lb_settlement_attempt_key() and lb_settlement_attempt_body(), then
-     * call lb_settlement_handle_sent().
-     */
-    LB_SETTLEMENT_ACTION_KIND_SEND = 1,
-    /**
-     * The attempt is in flight: report its outcome.
-     */
-    LB_SETTLEMENT_ACTION_KIND_WAIT = 2,
-    /**
-     * The settlement ended (`outcome`).
-     */
-    LB_SETTLEMENT_ACTION_KIND_DONE = 3,
-} lb_settlement_action_kind;
+    LB_HB_DISPOSITION_STOP = 3,
+} lb_hb_disposition;
 
 /**
  * A settlement's mode, also the endpoint of an attempt.
@@ -552,6 +608,52 @@ typedef enum lb_settle_outcome {
      */
     LB_SETTLE_OUTCOME_NO_ACTUAL = 9,
 } lb_settle_outcome;
+
+/**
+ * The kind of an ::lb_action.
+ */
+typedef enum lb_action_kind {
+    /**
+     * Send the attempt at `due`, then call lb_heartbeat_handle_sent(). Its
+     * key and body come from lb_heartbeat_attempt_key() and
+     * lb_heartbeat_attempt_body().
+     */
+    LB_ACTION_KIND_SEND = 0,
+    /**
+     * The attempt is in flight: report its outcome.
+     */
+    LB_ACTION_KIND_AWAIT_OUTCOME = 1,
+    /**
+     * The heartbeat stopped for good.
+     */
+    LB_ACTION_KIND_STOP = 2,
+} lb_action_kind;
+
+/**
+ * The kind of an ::lb_settlement_action.
+ */
+typedef enum lb_settlement_action_kind {
+    /**
+     * Make the record (lb_settlement_record_json()) durable, then call
+     * lb_settlement_handle_persisted() or
+     * lb_settlement_handle_persist_failed(). Nothing is sent before.
+     */
+    LB_SETTLEMENT_ACTION_KIND_PERSIST = 0,
+    /**
+     * Send the attempt at `due_ns` to `endpoint` with the key and body of
+     * lb_settlement_attempt_key() and lb_settlement_attempt_body(), then
+     * call lb_settlement_handle_sent().
+     */
+    LB_SETTLEMENT_ACTION_KIND_SEND = 1,
+    /**
+     * The attempt is in flight: report its outcome.
+     */
+    LB_SETTLEMENT_ACTION_KIND_WAIT = 2,
+    /**
+     * The settlement ended (`outcome`).
+     */
+    LB_SETTLEMENT_ACTION_KIND_DONE = 3,
+} lb_settlement_action_kind;
 
 /**
  * What a settlement decision asks for next: the vectors' `next`.
@@ -686,6 +788,15 @@ typedef enum lb_settle_warning {
 } lb_settle_warning;
 
 /**
+ * A cancellation flag (opaque) shared between the driver and the work:
+ * the driver sets it under `LB_FAILURE_POLICY_CANCEL`; the work polls it
+ * (lb_cancel_flag_is_cancelled()) or waits on it (lb_cancel_flag_wait()).
+ * Thread-safe. Free with lb_cancel_flag_free() (the driver keeps its own
+ * reference while the lease runs).
+ */
+typedef struct lb_cancel_flag lb_cancel_flag;
+
+/**
  * A heartbeat configuration under construction (opaque).
  *
  * Made by lb_config_new() with the defaults (`ttl_ms` 60000, an unbounded
@@ -718,6 +829,18 @@ typedef struct lb_decision lb_decision;
 typedef struct lb_driver lb_driver;
 
 /**
+ * A driver configuration under construction (opaque), for
+ * lb_driver_new_with(): the server, the API key, the workers, the
+ * settlements' retry policy and attempt budget, the shutdown flush bound
+ * and the journal. Made by lb_driver_config_new() with the defaults (16
+ * workers, one settlement attempt at most 5000 ms, 5 attempts per mode from
+ * 500 ms doubling to 30 s, a 5000 ms flush at shutdown, the journal ON at
+ * `$CYCLES_JOURNAL_DIR` or `~/.runcycles/commit-journal`, partitioned by
+ * the API key, replayed at start), freed by lb_driver_config_free().
+ */
+typedef struct lb_driver_config lb_driver_config;
+
+/**
  * One event of a driver (opaque), lent to the callback: valid only while
  * the callback runs. Read it with lb_event_get(), lb_event_decision(),
  * lb_event_reservation_id() and lb_event_error_message().
@@ -736,6 +859,52 @@ typedef struct lb_event lb_event;
  * fails changes nothing.
  */
 typedef struct lb_heartbeat lb_heartbeat;
+
+/**
+ * One open partition of the settlement journal (opaque): a directory of
+ * records for one server and principal, from lb_journal_open() or
+ * lb_journal_open_partition(), freed by lb_journal_free().
+ *
+ * A `const lb_journal *` may be used from several threads at once (every
+ * call is synchronous file I/O on the partition's directory). The journal
+ * holds the claims (J-6) it took while persisting or replaying; they are
+ * released by lb_journal_finish(), lb_journal_release_claim(), when the
+ * journal is freed, and by the OS when the process exits or is killed.
+ */
+typedef struct lb_journal lb_journal;
+
+/**
+ * The result of lb_journal_replay() (opaque): the settlements rebuilt from
+ * this server's records (each under this journal's claim), the ids other
+ * workers hold (busy, not returned), and the scan's report. Free with
+ * lb_journal_replay_free() (settlements not taken are freed with it).
+ */
+typedef struct lb_journal_replay_result lb_journal_replay_result;
+
+/**
+ * What a scan of a partition found and did (opaque): the records of this
+ * server, those of another server (left alone), the records quarantined
+ * (J-4), the legacy records migrated (J-8), the files skipped and why, the
+ * stale temporary files removed. From lb_journal_scan() (owned, free with
+ * lb_journal_report_free()) or lb_journal_replay_report() (borrowed).
+ */
+typedef struct lb_journal_report lb_journal_report;
+
+/**
+ * How a lease is run (opaque), for lb_driver_start_with() and
+ * lb_driver_start_for_reservation_with(): the expired-commit fallback's
+ * subject and action, the HP-1 policy and how a cancel reaches the work.
+ * Made by lb_lease_options_new() (warn, no event body: a created lease
+ * takes its create body's subject and action), freed by
+ * lb_lease_options_free(); only read when a lease starts.
+ */
+typedef struct lb_lease_options lb_lease_options;
+
+/**
+ * The end of a settlement (opaque): from lb_settling_wait() (owned: free
+ * with lb_settle_result_free()) or lb_event_settle_result() (lent).
+ */
+typedef struct lb_settle_result lb_settle_result;
 
 /**
  * The settlement of one reservation (opaque): the sans-IO state machine
@@ -773,6 +942,14 @@ typedef struct lb_settlement_config lb_settlement_config;
  * `const lb_settlement_decision *` may be read from several threads.
  */
 typedef struct lb_settlement_decision lb_settlement_decision;
+
+/**
+ * A settlement under way (opaque), from lb_driver_commit_lease() and
+ * friends: wait for its end with lb_settling_wait(). Its decisions and its
+ * end are also delivered as events. Free with lb_settling_free() (the
+ * settlement goes on).
+ */
+typedef struct lb_settling lb_settling;
 
 /**
  * The numbers of the primary algorithm for one schema-valid success.
@@ -1119,7 +1296,8 @@ typedef struct lb_finalize_result {
  */
 typedef struct lb_event_info {
     /**
-     * Decision, stopped or error.
+     * Decision, stopped, error, jeopardy, heartbeat failure, settlement,
+     * settled or journal.
      */
     enum lb_event_kind kind;
     /**
@@ -1204,7 +1382,111 @@ typedef struct lb_event_info {
      * first success, on the fallback path) and for other events.
      */
     uint64_t proven_until_ns;
+    /**
+     * For `LB_EVENT_KIND_HEARTBEAT_FAILURE`: what follows; `NONE` otherwise.
+     */
+    enum lb_hb_disposition disposition;
+    /**
+     * For a settlement event: the attempt's endpoint, else the decision's
+     * mode; for a settled event: the mode it ended in.
+     */
+    enum lb_settle_mode settle_mode;
+    /**
+     * For a settlement event: the decision's outcome (`NONE` while it
+     * runs); for a settled event: the final outcome.
+     */
+    enum lb_settle_outcome settle_outcome;
+    /**
+     * For a settlement event with an attempt: its ordinal within its mode
+     * (1-based); 0 otherwise.
+     */
+    uint32_t settle_attempt_number;
+    /**
+     * For a settled event: the record stays in the journal (a later replay
+     * settles it).
+     */
+    bool record_kept;
 } lb_event_info;
+
+/**
+ * The heartbeat failure policy of a lease (HP-1), one of
+ * `LB_FAILURE_POLICY_WARN`, `LB_FAILURE_POLICY_CANCEL`,
+ * `LB_FAILURE_POLICY_FAIL_ON_FINALIZE`. A plain integer (not a C enum) so
+ * that an out-of-range value from C is refused, never undefined behaviour.
+ * Under every policy each failed heartbeat attempt and each stop that is
+ * not a cancel is reported (`LB_EVENT_KIND_HEARTBEAT_FAILURE`) and the
+ * final settlement runs.
+ */
+typedef uint32_t lb_failure_policy;
+
+/**
+ * The plain fields of a settlement's end, copied out by
+ * lb_settle_result_get().
+ */
+typedef struct lb_settle_result_info {
+    /**
+     * The lease (a fresh id for a replayed record or a reservation not
+     * heartbeaten here).
+     */
+    lb_lease_id lease_id;
+    /**
+     * How it ended.
+     */
+    enum lb_settle_outcome outcome;
+    /**
+     * The usage is recorded (or the release done) and no policy failure is
+     * attached.
+     */
+    bool success;
+    /**
+     * The HTTP status that decided; 0 when none.
+     */
+    uint32_t status;
+    /**
+     * The server's error code that decided (lb_settle_result_code()).
+     */
+    bool has_code;
+    /**
+     * The record stays in the journal (a later replay settles it).
+     */
+    bool record_kept;
+    /**
+     * The settlement was journaled.
+     */
+    bool journaled;
+    /**
+     * Started from a journal record (replay).
+     */
+    bool replayed;
+    /**
+     * `LB_FAILURE_POLICY_FAIL_ON_FINALIZE` and the heartbeat failed.
+     */
+    bool failed_after_heartbeat;
+    /**
+     * The journal could not apply the final record update (J-5): see
+     * lb_settle_result_json().
+     */
+    bool has_journal_error;
+    /**
+     * How many decisions (lb_settle_result_decision()).
+     */
+    size_t decision_count;
+} lb_settle_result_info;
+
+/**
+ * What lb_driver_flush() found.
+ */
+typedef struct lb_flush_report {
+    /**
+     * Every settlement ended (and the start replay, if any, is done).
+     */
+    bool settled;
+    /**
+     * How many settlements were still unresolved when the wait ended
+     * (their records stay in the journal, J-7).
+     */
+    size_t pending;
+} lb_flush_report;
 
 /**
  * How an adopted create ended, the `outcome` of an ::lb_adopted_create: one
@@ -1364,6 +1646,37 @@ typedef struct lb_action {
 } lb_action;
 
 /**
+ * The counts of an ::lb_journal_report.
+ */
+typedef struct lb_journal_counts {
+    /**
+     * Valid records of this journal's server.
+     */
+    size_t records;
+    /**
+     * Valid records of another server (not replayed, left alone).
+     */
+    size_t foreign;
+    /**
+     * Records renamed aside (J-4: they did not parse, or the settlement
+     * refused them).
+     */
+    size_t quarantined;
+    /**
+     * Legacy-named records migrated to their `v2-` name (J-8).
+     */
+    size_t migrated;
+    /**
+     * `.json` files left alone (symbolic links, misplaced records, ...).
+     */
+    size_t skipped;
+    /**
+     * Stale temporary files removed.
+     */
+    size_t reaped_temp_files;
+} lb_journal_counts;
+
+/**
  * What the caller must do now: a value copy, valid after later calls.
  */
 typedef struct lb_settlement_action {
@@ -1497,6 +1810,25 @@ typedef struct lb_settlement_decision_info {
      */
     bool has_detail;
 } lb_settlement_decision_info;
+
+/**
+ * Report and carry on (the default).
+ */
+#define LB_FAILURE_POLICY_WARN 0
+
+/**
+ * Also ask the work to stop, once, when the heartbeat stops for any reason
+ * but a cancel: through the lease's cancellation flag
+ * (lb_lease_options_set_cancel_flag()) or callback
+ * (lb_lease_options_set_cancel_callback()).
+ */
+#define LB_FAILURE_POLICY_CANCEL 1
+
+/**
+ * The settlement runs; its result then carries the heartbeat's failure
+ * (`failed_after_heartbeat`).
+ */
+#define LB_FAILURE_POLICY_FAIL_ON_FINALIZE 2
 
 /**
  * The create got an HTTP response (`status`, `headers`, `body`).
@@ -1774,14 +2106,17 @@ enum lb_status lb_driver_start_for_reservation(const struct lb_driver *driver,
 enum lb_status lb_driver_cancel(const struct lb_driver *driver, lb_lease_id lease_id);
 
 /**
- * Releases a reservation now, on the calling thread:
- * `POST {base_url}/v1/reservations/{reservation_id}/release` with a fresh
- * idempotency key and `reason` (NUL-terminated UTF-8, or NULL for none),
- * bounded by 5 s. Cancel the lease first (lb_driver_cancel()). The outcome
- * (a status such as 200, or a transport failure) goes to `*out`.
+ * Releases a reservation, on the calling thread, as a settlement (ST-9, SP-1):
+ * `POST {base_url}/v1/reservations/{reservation_id}/release` with `reason` (NUL-terminated
+ * UTF-8, or NULL for none), one idempotency key for every attempt, retried on timeouts,
+ * resets, 5xx and 429 as the core decides (at most 5 attempts, each bounded by the driver's
+ * settlement budget), not journaled. Blocks until the outcome is final. Cancel the lease
+ * first (lb_driver_cancel()). The deciding answer (an HTTP status such as 200, or the last
+ * transport failure when none answered) goes to `*out`. For the full outcome (code, key,
+ * decisions) use lb_driver_release_reservation().
  *
- * Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
- * `LB_STATUS_SHUT_DOWN`.
+ * Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`, `LB_STATUS_INVALID_ARGUMENT`
+ * (a reservation id the protocol cannot carry), `LB_STATUS_SHUT_DOWN`.
  */
 enum lb_status lb_driver_release(const struct lb_driver *driver,
                                  const char *reservation_id,
@@ -1789,14 +2124,18 @@ enum lb_status lb_driver_release(const struct lb_driver *driver,
                                  struct lb_finalize_result *out);
 
 /**
- * Commits a reservation now, on the calling thread:
- * `POST {base_url}/v1/reservations/{reservation_id}/commit` with a fresh
- * idempotency key and `actual_json` (NUL-terminated UTF-8 JSON, an Amount
- * object such as `{"unit":"TOKENS","amount":42}`), bounded by 5 s. The
- * outcome goes to `*out`.
+ * Commits a reservation, on the calling thread, as a journaled settlement (ST-1..ST-8,
+ * J-1): `POST {base_url}/v1/reservations/{reservation_id}/commit` with `actual_json`
+ * (NUL-terminated UTF-8 JSON, an Amount object such as `{"unit":"TOKENS","amount":42}`),
+ * written to the driver's journal before it leaves, one idempotency key for every attempt,
+ * retried as the core decides, the `Retry-After` of a 429 honoured (this call then blocks
+ * that long, at most an hour). No event fallback: a reservation the driver does not
+ * heartbeat has no subject/action here, so an expired one ends `expired_unrecorded` with its
+ * record kept (use lb_driver_commit_reservation() with an event body for the fallback).
+ * Blocks until the outcome is final; the deciding answer goes to `*out`.
  *
- * Errors: `LB_STATUS_INVALID_ARGUMENT` (`actual_json` is not a JSON
- * object), `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (`actual_json` is not a JSON object, or an id the
+ * protocol cannot carry), `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
  * `LB_STATUS_SHUT_DOWN`.
  */
 enum lb_status lb_driver_commit(const struct lb_driver *driver,
@@ -1878,7 +2217,8 @@ enum lb_status lb_event_error_message(const struct lb_event *event,
 
 /**
  * The stable string of an event kind: `"decision"`, `"stopped"`,
- * `"error"`, `"lease_in_jeopardy"`; `"unknown"` for other values. Static;
+ * `"error"`, `"lease_in_jeopardy"`, `"heartbeat_failure"`, `"settlement"`,
+ * `"settled"`, `"journal"`; `"unknown"` for other values. Static;
  * do not free.
  */
 const char *lb_event_kind_str(int32_t kind);
@@ -1889,6 +2229,412 @@ const char *lb_event_kind_str(int32_t kind);
  * other values. Static; do not free.
  */
 const char *lb_jeopardy_reason_str(int32_t reason);
+
+/**
+ * Copies the event as one JSON object (NUL-terminated) into `buf`, with the
+ * caller-buffer convention, for `LB_EVENT_KIND_HEARTBEAT_FAILURE`
+ * (`reservation_id`, `outcome`, `class`, `disposition`, `due_ns` or
+ * `stop_reason`, `detail`, `at_ns`), `LB_EVENT_KIND_SETTLEMENT` (`decision`:
+ * the settlement decision's JSON; `attempt`: `id`, `endpoint`, `key`,
+ * `number`, `due_ns`, `sent_ns`; `outcome`), `LB_EVENT_KIND_SETTLED` (the
+ * result: `outcome`, `code`, `status`, `key`, `record_kept`, `journaled`,
+ * `replayed`, `failed_after_heartbeat`, `heartbeat_failure`,
+ * `journal_error`, `decisions`) and `LB_EVENT_KIND_JOURNAL` (`dir`,
+ * `replayed`, `busy`, `quarantined`, `foreign`, `migrated`, `skipped`,
+ * `error`). `"{}"` for the other kinds.
+ */
+enum lb_status lb_event_json(const struct lb_event *event,
+                             char *buf,
+                             size_t buf_len,
+                             size_t *out_needed);
+
+/**
+ * Writes a settlement event's decision into `*out` (NULL for other
+ * kinds): lent, valid while the callback runs; read it with the
+ * `lb_settlement_decision_*` functions, keep a copy with
+ * lb_settlement_decision_clone().
+ */
+enum lb_status lb_event_settlement_decision(const struct lb_event *event,
+                                            const struct lb_settlement_decision **out);
+
+/**
+ * Writes a settled event's result into `*out` (NULL for other kinds):
+ * lent, valid while the callback runs (do not free it).
+ */
+enum lb_status lb_event_settle_result(const struct lb_event *event,
+                                      const struct lb_settle_result **out);
+
+/**
+ * The stable string of a heartbeat failure's disposition: `"none"`,
+ * `"retry_same_key"`, `"continue"`, `"stop"`; `"unknown"` otherwise.
+ */
+const char *lb_hb_disposition_str(int32_t disposition);
+
+/**
+ * Makes a driver configuration for `base_url` and `api_key` (NUL-terminated
+ * UTF-8; checked by lb_driver_new_with()) with the defaults above. On
+ * success `*out` owns it.
+ */
+enum lb_status lb_driver_config_new(const char *base_url,
+                                    const char *api_key,
+                                    struct lb_driver_config **out);
+
+/**
+ * Frees a driver configuration. NULL is a no-op.
+ */
+void lb_driver_config_free(struct lb_driver_config *cfg);
+
+/**
+ * Sets the largest number of HTTP worker threads (at least 1, checked by
+ * lb_driver_new_with()).
+ */
+enum lb_status lb_driver_config_set_max_workers(struct lb_driver_config *cfg, size_t max_workers);
+
+/**
+ * Sets the budget of one settlement attempt (commit, event or release), ms.
+ */
+enum lb_status lb_driver_config_set_settle_timeout_ms(struct lb_driver_config *cfg,
+                                                      uint64_t timeout_ms);
+
+/**
+ * Sets the settlements' retry policy (ST-3, SP-1): at most `max_attempts`
+ * per mode in one run, the first delay `initial_ms`, doubling, at most
+ * `max_ms`. Checked now (`LB_STATUS_INVALID_CONFIG`).
+ */
+enum lb_status lb_driver_config_set_settle_retry(struct lb_driver_config *cfg,
+                                                 uint32_t max_attempts,
+                                                 uint64_t initial_ms,
+                                                 uint64_t max_ms);
+
+/**
+ * Sets how long lb_driver_shutdown() / lb_driver_free() wait for
+ * settlements in flight (J-7), ms; what is unresolved then stays in the
+ * journal.
+ */
+enum lb_status lb_driver_config_set_shutdown_flush_ms(struct lb_driver_config *cfg,
+                                                      uint64_t flush_ms);
+
+/**
+ * Turns the journal on (the default) or off (`false`: the explicit
+ * opt-out; settlements still retry and fall back, nothing is durable).
+ */
+enum lb_status lb_driver_config_set_journal_enabled(struct lb_driver_config *cfg, bool enabled);
+
+/**
+ * Sets the journal's base directory (NUL-terminated UTF-8); NULL: back to
+ * `$CYCLES_JOURNAL_DIR`, else `~/.runcycles/commit-journal`. Tests always
+ * give a temporary directory.
+ */
+enum lb_status lb_driver_config_set_journal_dir(struct lb_driver_config *cfg, const char *dir);
+
+/**
+ * Partitions the journal by `tenant` (NUL-terminated UTF-8; the records
+ * survive an API-key rotation) instead of the API key; NULL: by the key.
+ */
+enum lb_status lb_driver_config_set_journal_tenant(struct lb_driver_config *cfg,
+                                                   const char *tenant);
+
+/**
+ * Whether lb_driver_new_with() replays the journal's partition in the
+ * background (default true): every record not claimed elsewhere is
+ * settled, reported like any settlement (fresh lease ids, no heartbeat).
+ */
+enum lb_status lb_driver_config_set_replay_on_start(struct lb_driver_config *cfg, bool replay);
+
+/**
+ * Makes a driver from `cfg` (only read) as lb_driver_new() does, with the
+ * settlement settings and the journal of `cfg`. With the journal on, the
+ * partition is opened here (errors below) and, unless turned off, replayed
+ * in the background: its events (`LB_EVENT_KIND_JOURNAL`, then each
+ * replayed settlement's) go to the callback.
+ *
+ * Errors: those of lb_driver_new(), the journal's
+ * (`LB_STATUS_JOURNAL_NOT_WRITABLE`, `LB_STATUS_JOURNAL_SYMLINK`,
+ * `LB_STATUS_JOURNAL_NO_SPACE`, `LB_STATUS_JOURNAL_NOT_A_DIRECTORY`,
+ * `LB_STATUS_JOURNAL_NO_DIRECTORY`, `LB_STATUS_JOURNAL_IO`).
+ */
+enum lb_status lb_driver_new_with(const struct lb_driver_config *cfg,
+                                  lb_event_callback callback,
+                                  void *user_data,
+                                  struct lb_driver **out);
+
+/**
+ * Copies the driver's journal partition directory (NUL-terminated) into
+ * `buf`; empty when the journal is off. Caller-buffer convention.
+ */
+enum lb_status lb_driver_journal_dir(const struct lb_driver *driver,
+                                     char *buf,
+                                     size_t buf_len,
+                                     size_t *out_needed);
+
+/**
+ * Makes a flag, not set. On success `*out` owns it.
+ */
+enum lb_status lb_cancel_flag_new(struct lb_cancel_flag **out);
+
+/**
+ * Frees a flag. NULL is a no-op.
+ */
+void lb_cancel_flag_free(struct lb_cancel_flag *flag);
+
+/**
+ * Sets the flag (idempotent): the work may cancel itself too.
+ */
+enum lb_status lb_cancel_flag_cancel(const struct lb_cancel_flag *flag);
+
+/**
+ * Writes whether the flag is set into `*out`.
+ */
+enum lb_status lb_cancel_flag_is_cancelled(const struct lb_cancel_flag *flag, bool *out);
+
+/**
+ * Waits at most `timeout_ms` for the flag; `*out` says whether it is set.
+ */
+enum lb_status lb_cancel_flag_wait(const struct lb_cancel_flag *flag,
+                                   uint64_t timeout_ms,
+                                   bool *out);
+
+/**
+ * Copies the heartbeat failure that set the flag as JSON (as
+ * lb_event_json() of a heartbeat failure event) into `buf`; `"null"` if
+ * the flag is not set or was set by the work.
+ */
+enum lb_status lb_cancel_flag_failure_json(const struct lb_cancel_flag *flag,
+                                           char *buf,
+                                           size_t buf_len,
+                                           size_t *out_needed);
+
+/**
+ * Makes lease options with the defaults. On success `*out` owns them.
+ */
+enum lb_status lb_lease_options_new(struct lb_lease_options **out);
+
+/**
+ * Frees lease options. NULL is a no-op. Leases started with them keep
+ * what they need.
+ */
+void lb_lease_options_free(struct lb_lease_options *opts);
+
+/**
+ * Sets the expired-commit fallback's subject and action (ST-5): `json` is a
+ * NUL-terminated JSON object with `subject` and `action` (checked at
+ * commit). Needed for an adopted reservation
+ * (lb_driver_start_for_reservation_with()); a created lease takes its
+ * create body's by default.
+ */
+enum lb_status lb_lease_options_set_event(struct lb_lease_options *opts, const char *json);
+
+/**
+ * Sets the HP-1 policy to `LB_FAILURE_POLICY_WARN` or
+ * `LB_FAILURE_POLICY_FAIL_ON_FINALIZE`. `LB_FAILURE_POLICY_CANCEL` is set
+ * with lb_lease_options_set_cancel_flag() or
+ * lb_lease_options_set_cancel_callback() (here it needs one of them set
+ * before: `LB_STATUS_INVALID_ARGUMENT` otherwise).
+ */
+enum lb_status lb_lease_options_set_policy(struct lb_lease_options *opts, lb_failure_policy policy);
+
+/**
+ * Sets the policy to `LB_FAILURE_POLICY_CANCEL` with `flag` (shared: the
+ * caller may free its handle; the lease keeps the flag).
+ */
+enum lb_status lb_lease_options_set_cancel_flag(struct lb_lease_options *opts,
+                                                const struct lb_cancel_flag *flag);
+
+/**
+ * Sets the policy to `LB_FAILURE_POLICY_CANCEL` with a callback: called
+ * once, on the driver's timer thread, with `user_data` and the heartbeat
+ * failure event (`LB_EVENT_KIND_HEARTBEAT_FAILURE`, lent for the call)
+ * when the lease's heartbeat stops for a reason other than a cancel. Keep
+ * it short (it delays every lease's timer) and do not call the driver from
+ * it: every `lb_driver_*` call that waits for the timer thread (start,
+ * commit, release, flush, shutdown, free) would wait for itself. Set a flag
+ * or signal your own thread instead. It must not unwind.
+ */
+enum lb_status lb_lease_options_set_cancel_callback(struct lb_lease_options *opts,
+                                                    lb_event_callback callback,
+                                                    void *user_data);
+
+/**
+ * lb_driver_start() with options (`opts` NULL: the defaults).
+ */
+enum lb_status lb_driver_start_with(const struct lb_driver *driver,
+                                    const struct lb_config *cfg,
+                                    const struct lb_lease_options *opts,
+                                    lb_lease_id *out);
+
+/**
+ * lb_driver_start_for_reservation() with options (`opts` NULL: the
+ * defaults; give the event body there for the expired fallback).
+ */
+enum lb_status lb_driver_start_for_reservation_with(const struct lb_driver *driver,
+                                                    const struct lb_config *cfg,
+                                                    const char *reservation_id,
+                                                    const struct lb_lease_options *opts,
+                                                    lb_lease_id *out);
+
+/**
+ * Commits the lease's usage through a settlement (ST-1..ST-11):
+ * `usage_json` is the commit body without its key, a NUL-terminated JSON
+ * object with `actual` (`{"unit", "amount": 0..=2^63-1}`) and optional
+ * `metrics` and `metadata`; NULL means no actual is known (ST-10: nothing
+ * is sent, outcome `LB_SETTLE_OUTCOME_NO_ACTUAL`). The record is journaled
+ * before the first commit leaves (J-1); the commit is retried with its one
+ * key as the settlement decides (delays, `Retry-After`, the event fallback
+ * after a 410 `RESERVATION_EXPIRED` with the lease's subject and action);
+ * the record is removed or kept at the end (J-5). The lease's heartbeat
+ * keeps running until a decision says `stop_heartbeat` (ST-11). Works after
+ * the heartbeat stopped too (after `expired` the server may be within its
+ * grace: the answer is reported).
+ *
+ * Returns at once: on success `*out` owns the settling handle.
+ *
+ * Errors: `LB_STATUS_INVALID_CONFIG` (a bad body: not JSON, an amount
+ * beyond 2^63-1, ...), `LB_STATUS_INVALID_ARGUMENT` (unknown lease, no
+ * reservation yet, already settling), `LB_STATUS_SHUT_DOWN`,
+ * `LB_STATUS_INVALID_UTF8`, `LB_STATUS_NULL_ARGUMENT`.
+ */
+enum lb_status lb_driver_commit_lease(const struct lb_driver *driver,
+                                      lb_lease_id lease_id,
+                                      const char *usage_json,
+                                      struct lb_settling **out);
+
+/**
+ * Releases the lease's reservation through a settlement (work that used
+ * nothing): one key, retried, not journaled; stops the heartbeat at its
+ * end. `reason` NULL or NUL-terminated UTF-8 (at most 256 characters).
+ *
+ * Errors: as lb_driver_commit_lease().
+ */
+enum lb_status lb_driver_release_lease(const struct lb_driver *driver,
+                                       lb_lease_id lease_id,
+                                       const char *reason,
+                                       struct lb_settling **out);
+
+/**
+ * Commits a reservation this driver does not heartbeat (held elsewhere),
+ * as lb_driver_commit_lease() does: `reservation_id` is
+ * `reservation_id_len` bytes of UTF-8 (not NUL-terminated: the core refuses
+ * a NUL, control characters and more than 128 characters); `event_json`
+ * (NULL: none) the fallback's subject and action. The settlement gets a
+ * fresh lease id.
+ *
+ * Errors: as lb_driver_commit_lease().
+ */
+enum lb_status lb_driver_commit_reservation(const struct lb_driver *driver,
+                                            const char *reservation_id,
+                                            size_t reservation_id_len,
+                                            const char *usage_json,
+                                            const char *event_json,
+                                            struct lb_settling **out);
+
+/**
+ * Releases a reservation this driver does not heartbeat
+ * (`reservation_id_len` bytes of UTF-8), as lb_driver_release_lease().
+ *
+ * Errors: as lb_driver_commit_lease().
+ */
+enum lb_status lb_driver_release_reservation(const struct lb_driver *driver,
+                                             const char *reservation_id,
+                                             size_t reservation_id_len,
+                                             const char *reason,
+                                             struct lb_settling **out);
+
+/**
+ * Writes the settlement's lease id into `*out`.
+ */
+enum lb_status lb_settling_lease(const struct lb_settling *s, lb_lease_id *out);
+
+/**
+ * Waits at most `timeout_ms` for the settlement's end; on success `*out`
+ * owns a copy of the result (free it with lb_settle_result_free()). May be
+ * called again (the same result).
+ *
+ * Errors: `LB_STATUS_TIMED_OUT` (not ended within the wait, or the driver
+ * shut down first: its record, if any, stays in the journal).
+ */
+enum lb_status lb_settling_wait(struct lb_settling *s,
+                                uint64_t timeout_ms,
+                                struct lb_settle_result **out);
+
+/**
+ * Frees a settling handle (the settlement goes on). NULL is a no-op.
+ */
+void lb_settling_free(struct lb_settling *s);
+
+/**
+ * Copies the plain fields into `*out`.
+ */
+enum lb_status lb_settle_result_get(const struct lb_settle_result *r,
+                                    struct lb_settle_result_info *out);
+
+/**
+ * Copies the server's error code (empty when none) into `buf`.
+ */
+enum lb_status lb_settle_result_code(const struct lb_settle_result *r,
+                                     char *buf,
+                                     size_t buf_len,
+                                     size_t *out_needed);
+
+/**
+ * Copies the settlement's one idempotency key (empty for `no_actual`).
+ */
+enum lb_status lb_settle_result_key(const struct lb_settle_result *r,
+                                    char *buf,
+                                    size_t buf_len,
+                                    size_t *out_needed);
+
+/**
+ * Copies the reservation id.
+ */
+enum lb_status lb_settle_result_reservation_id(const struct lb_settle_result *r,
+                                               char *buf,
+                                               size_t buf_len,
+                                               size_t *out_needed);
+
+/**
+ * Copies the whole result as one JSON object (as lb_event_json() of a
+ * settled event).
+ */
+enum lb_status lb_settle_result_json(const struct lb_settle_result *r,
+                                     char *buf,
+                                     size_t buf_len,
+                                     size_t *out_needed);
+
+/**
+ * Writes a new handle to the `i`-th decision into `*out` (free it with
+ * lb_settlement_decision_free()).
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (`i` out of range).
+ */
+enum lb_status lb_settle_result_decision(const struct lb_settle_result *r,
+                                         size_t i,
+                                         struct lb_settlement_decision **out);
+
+/**
+ * Frees a result from lb_settling_wait(). NULL is a no-op. (A result lent
+ * by lb_event_settle_result() is never freed.)
+ */
+void lb_settle_result_free(struct lb_settle_result *r);
+
+/**
+ * Waits at most `timeout_ms` until every settlement in progress has ended
+ * (and a replay under way is done) (J-7); what is unresolved then stays in
+ * the journal. Writes what it found into `*out`.
+ *
+ * Errors: `LB_STATUS_SHUT_DOWN`, `LB_STATUS_NULL_ARGUMENT`.
+ */
+enum lb_status lb_driver_flush(const struct lb_driver *driver,
+                               uint64_t timeout_ms,
+                               struct lb_flush_report *out);
+
+/**
+ * Replays the journal's partition now (as at start): every record not
+ * claimed elsewhere is settled in the background, reported by events.
+ *
+ * Errors: `LB_STATUS_INVALID_CONFIG` (the journal is off),
+ * `LB_STATUS_SHUT_DOWN`.
+ */
+enum lb_status lb_driver_replay(const struct lb_driver *driver);
 
 /**
  * Copies the calling thread's last-error message into `buf` as a
@@ -2121,6 +2867,240 @@ enum lb_status lb_heartbeat_handle_failure(struct lb_heartbeat *hb,
  * `LB_STATUS_TIME_WENT_BACKWARDS`.
  */
 enum lb_status lb_heartbeat_cancel(struct lb_heartbeat *hb, uint64_t now_ns);
+
+/**
+ * Opens (creating it if needed, 0700) the journal partition of `base_url`
+ * and the principal under `base_dir`: `tenant` when non-NULL and not blank
+ * (the partition then survives an API-key rotation), else `api_key` (never
+ * stored: the partition's name is a PBKDF2 fingerprint, J-2).
+ *
+ * `base_dir` NULL means `$CYCLES_JOURNAL_DIR` if set and non-empty, else
+ * `$HOME/.runcycles/commit-journal`. All strings are NUL-terminated UTF-8.
+ * On success `*out` owns the journal: free it with lb_journal_free().
+ *
+ * Errors: `LB_STATUS_JOURNAL_SYMLINK` (`base_dir` or the partition is a
+ * symbolic link: never followed), `LB_STATUS_JOURNAL_NOT_A_DIRECTORY`,
+ * `LB_STATUS_JOURNAL_NOT_WRITABLE`, `LB_STATUS_JOURNAL_NO_SPACE`,
+ * `LB_STATUS_JOURNAL_NO_DIRECTORY`, `LB_STATUS_JOURNAL_IO`,
+ * `LB_STATUS_INVALID_UTF8`, `LB_STATUS_NULL_ARGUMENT`.
+ */
+enum lb_status lb_journal_open(const char *base_dir,
+                               const char *base_url,
+                               const char *api_key,
+                               const char *tenant,
+                               struct lb_journal **out);
+
+/**
+ * Opens (creating it if needed) the partition directory `dir` itself, for
+ * records of `base_url`: for operators' tools given the partition's path
+ * (as `leasebeat journal --partition`). `dir`'s parent must exist.
+ *
+ * Errors: as lb_journal_open().
+ */
+enum lb_status lb_journal_open_partition(const char *dir,
+                                         const char *base_url,
+                                         struct lb_journal **out);
+
+/**
+ * Frees a journal and releases the claims it holds. NULL is a no-op.
+ * Records on disk stay.
+ */
+void lb_journal_free(struct lb_journal *j);
+
+/**
+ * Copies the partition directory's path (NUL-terminated) into `buf`, with
+ * the caller-buffer convention of lb_last_error().
+ */
+enum lb_status lb_journal_dir(const struct lb_journal *j,
+                              char *buf,
+                              size_t buf_len,
+                              size_t *out_needed);
+
+/**
+ * J-1, SP-3: when `s` asks for a persist (lb_settlement_poll_action() is
+ * `LB_SETTLEMENT_ACTION_KIND_PERSIST`), writes its record durably (file and
+ * directory fsync'd), takes this journal's claim on the reservation (J-6)
+ * and reports the write to `s` (lb_settlement_handle_persisted()). When the
+ * write fails, the failure is reported to `s` instead
+ * (lb_settlement_handle_persist_failed(): the decision carries the warning
+ * `persist_failed` and the journal's error in its detail, and the request
+ * still goes): that is not an error of this call.
+ *
+ * On success `*out_decision` (if `out_decision` is not NULL) owns the
+ * decision: free it with lb_settlement_decision_free().
+ *
+ * Errors: `LB_STATUS_NOT_OUTSTANDING` (`s` is not asking for a persist),
+ * `LB_STATUS_STOPPED` (`s` has ended), `LB_STATUS_TIME_WENT_BACKWARDS`,
+ * `LB_STATUS_NULL_ARGUMENT`. `s` is unchanged then.
+ */
+enum lb_status lb_journal_persist(const struct lb_journal *j,
+                                  struct lb_settlement *s,
+                                  uint64_t now_ns,
+                                  struct lb_settlement_decision **out_decision);
+
+/**
+ * J-5: once `s` is done, applies its final decision to the record (removed
+ * after a success or a rejection; kept otherwise, for a later replay) and
+ * releases this journal's claim on the reservation. A settlement without a
+ * record (a release, `no_actual`) only releases the claim.
+ *
+ * Errors: `LB_STATUS_JOURNAL_NOT_FINISHED` (`s` is not done; nothing is
+ * touched), the journal's errors of the removal (`LB_STATUS_JOURNAL_*`).
+ */
+enum lb_status lb_journal_finish(const struct lb_journal *j, const struct lb_settlement *s);
+
+/**
+ * J-6, SP-4: scans the partition (quarantining, migrating and reporting on
+ * the way, as lb_journal_scan()), then, for every record of this journal's
+ * server, takes the claim (a record another worker or process holds is
+ * listed as busy and not returned) and rebuilds its settlement from the
+ * record alone (lb_settlement_from_record(); a record the settlement
+ * refuses is quarantined and reported). Only `cfg`'s retry policy is used.
+ * Drive each returned settlement like a new one (it sends first at its
+ * record's `not_before_ms`) and call lb_journal_finish() when it is done.
+ *
+ * On success `*out` owns the result: free it with lb_journal_replay_free().
+ *
+ * Errors: the journal's (`LB_STATUS_JOURNAL_*`), `LB_STATUS_INVALID_CONFIG`
+ * (retry policy).
+ */
+enum lb_status lb_journal_replay(const struct lb_journal *j,
+                                 const struct lb_settlement_config *cfg,
+                                 uint64_t now_ns,
+                                 uint64_t wall_ms,
+                                 struct lb_journal_replay_result **out);
+
+/**
+ * Writes how many settlements the replay returned into `*out`.
+ */
+enum lb_status lb_journal_replay_count(const struct lb_journal_replay_result *r, size_t *out);
+
+/**
+ * Takes the `i`-th settlement of the replay: on success `*out` owns it
+ * (free it with lb_settlement_free()); each can be taken once.
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (`i` out of range, or already taken).
+ */
+enum lb_status lb_journal_replay_take(struct lb_journal_replay_result *r,
+                                      size_t i,
+                                      struct lb_settlement **out);
+
+/**
+ * Writes how many records were busy (claimed by another worker or process:
+ * not returned) into `*out`.
+ */
+enum lb_status lb_journal_replay_busy_count(const struct lb_journal_replay_result *r, size_t *out);
+
+/**
+ * Copies the reservation id of the `i`-th busy record into `buf` as bytes
+ * (UTF-8, not NUL-terminated: an id may contain NUL), with the
+ * caller-buffer convention.
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (`i` out of range),
+ * `LB_STATUS_BUFFER_TOO_SMALL`.
+ */
+enum lb_status lb_journal_replay_busy(const struct lb_journal_replay_result *r,
+                                      size_t i,
+                                      uint8_t *buf,
+                                      size_t buf_len,
+                                      size_t *out_needed);
+
+/**
+ * Writes a pointer to the replay's scan report into `*out`: borrowed, valid
+ * until the replay result is freed (do not free it).
+ */
+enum lb_status lb_journal_replay_report(const struct lb_journal_replay_result *r,
+                                        const struct lb_journal_report **out);
+
+/**
+ * Frees a replay result and every settlement not taken from it (their
+ * claims stay with the journal until lb_journal_release_claim() or
+ * lb_journal_free()). NULL is a no-op.
+ */
+void lb_journal_replay_free(struct lb_journal_replay_result *r);
+
+/**
+ * Removes the record of `reservation_id` (`reservation_id_len` bytes of
+ * UTF-8, any character; J-5: only after a settlement ended in success or a
+ * rejection, or by an operator). `*out_removed` (if not NULL) says whether
+ * a record was there.
+ *
+ * Errors: the journal's (`LB_STATUS_JOURNAL_*`), `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_journal_remove(const struct lb_journal *j,
+                                 const char *reservation_id,
+                                 size_t reservation_id_len,
+                                 bool *out_removed);
+
+/**
+ * J-4: renames the record of `reservation_id` aside (`<stem>.corrupt`, or
+ * `<stem>.<n>.corrupt`: an earlier quarantined file is never replaced), for
+ * a record the caller's settlement refuses. `*out_moved` (if not NULL) says
+ * whether a record was there and moved.
+ *
+ * Errors: the journal's (`LB_STATUS_JOURNAL_*`), `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_journal_quarantine(const struct lb_journal *j,
+                                     const char *reservation_id,
+                                     size_t reservation_id_len,
+                                     bool *out_moved);
+
+/**
+ * Releases this journal's claim on `reservation_id` (J-6), if it holds one:
+ * for a settlement the caller gives up on without lb_journal_finish().
+ *
+ * Errors: `LB_STATUS_INVALID_UTF8`.
+ */
+enum lb_status lb_journal_release_claim(const struct lb_journal *j,
+                                        const char *reservation_id,
+                                        size_t reservation_id_len);
+
+/**
+ * Lists the partition as a replay would (J-4 quarantine of records that do
+ * not parse, J-8 migration of legacy names, stale temporary files removed),
+ * without claiming or settling anything: for operators' tools. On success
+ * `*out` owns the report: free it with lb_journal_report_free().
+ *
+ * Errors: the journal's (`LB_STATUS_JOURNAL_*`).
+ */
+enum lb_status lb_journal_scan(const struct lb_journal *j, struct lb_journal_report **out);
+
+/**
+ * Frees a report from lb_journal_scan(). NULL is a no-op. (A report
+ * borrowed from a replay result is freed with it, never here.)
+ */
+void lb_journal_report_free(struct lb_journal_report *r);
+
+/**
+ * Writes the report's counts into `*out`.
+ */
+enum lb_status lb_journal_report_counts(const struct lb_journal_report *r,
+                                        struct lb_journal_counts *out);
+
+/**
+ * Copies the `i`-th record of this server (the record file's JSON text,
+ * NUL-terminated) into `buf`, with the caller-buffer convention.
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (`i` out of range),
+ * `LB_STATUS_BUFFER_TOO_SMALL`.
+ */
+enum lb_status lb_journal_report_record(const struct lb_journal_report *r,
+                                        size_t i,
+                                        char *buf,
+                                        size_t buf_len,
+                                        size_t *out_needed);
+
+/**
+ * Copies the whole report as one JSON object (NUL-terminated) into `buf`,
+ * with the caller-buffer convention: `records` and `foreign` (the record
+ * texts), `quarantined` (`file`, `moved_to` or null, `reason`), `migrated`
+ * (`from`, `to`, `reservation_id`, `duplicate_removed`), `skipped` (`file`,
+ * `reason`), `reaped_temp_files`.
+ */
+enum lb_status lb_journal_report_json(const struct lb_journal_report *r,
+                                      char *buf,
+                                      size_t buf_len,
+                                      size_t *out_needed);
 
 /**
  * Makes a settlement configuration with the defaults (see

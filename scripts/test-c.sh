@@ -7,8 +7,11 @@
 #  4. tests/c under valgrind against the shared library
 #     (both replay every tests/vectors/*.json and tests/vectors/settlement/*.json
 #     and compare every decision with the Rust replay's `leasebeat replay --emit`,
-#     plus the API's negative tests and the adopt tests)
-#  5. the header compiled as C++17
+#     plus the API's negative tests, the adopt tests and the journal tests,
+#     tests/c/journal.c: each in a temporary directory; its tmpfs cases need
+#     mount(2), i.e. root, and print a note when they cannot run)
+#  5. tests/c/recovery.c (the 12 recovery scenarios through the C driver
+#     against `leasebeat serve`, ASan+UBSan), then the header compiled as C++17
 #  6. ffi-c/install.sh into a temporary prefix (the real file, its SONAME link
 #     and the dev link are checked), then a consumer built through pkg-config
 #     (no rpath: it runs with LD_LIBRARY_PATH=PREFIX/lib, so the SONAME link
@@ -41,6 +44,10 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+# The driver's journal is on by default (at $CYCLES_JOURNAL_DIR, else
+# ~/.runcycles/commit-journal): every program of this stage journals into the
+# stage's temporary directory, never into the home directory.
+export CYCLES_JOURNAL_DIR="$tmp/journal"
 
 # start_server NAME [serve options...]: starts `leasebeat serve` on 127.0.0.1
 # port 0 in the background; sets $server_url and $server_pid.
@@ -112,7 +119,7 @@ fi
 cflags=(-std=c11 -Wall -Wextra -Werror -pedantic -g -O1 -Iinclude)
 read -r -a cjson_cflags <<< "$(pkg-config --cflags libcjson)"
 read -r -a cjson_libs <<< "$(pkg-config --libs libcjson)"
-sources=(tests/c/replay.c tests/c/negative.c tests/c/driver.c tests/c/adopt.c tests/c/settle.c)
+sources=(tests/c/replay.c tests/c/negative.c tests/c/driver.c tests/c/adopt.c tests/c/settle.c tests/c/journal.c tests/c/driver_settle.c)
 syslibs=(-lpthread -ldl -lm)
 
 echo "==> [c] ASan+UBSan, static library"
@@ -132,10 +139,21 @@ if ! needed "$tmp/lb_test_shared" | grep -xF "$soname" >/dev/null; then
   echo "lb_test_shared does not need $soname: $(needed "$tmp/lb_test_shared" | tr '\n' ' ')" >&2
   exit 1
 fi
-timeout 900 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
+timeout 900 valgrind -q --suppressions=tests/c/valgrind.supp --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
   "$tmp/lb_test_shared" --server "$url" --fallback-server "$fallback_url" --server-log "$tmp/serve.log" "${emit_args[@]}" "${vectors[@]}" > "$tmp/valgrind.log" 2>&1 || {
     cat "$tmp/valgrind.log"; echo "valgrind run failed" >&2; exit 1; }
 grep -v '^ok [^ ]*$' "$tmp/valgrind.log" || true
+
+echo "==> [c] the recovery scenarios through the C driver (tests/c/recovery.c, ASan+UBSan)"
+# Each test starts its own `leasebeat serve` with the faults it needs and
+# re-executes this program for restarts (SIGKILL) and the concurrent replay.
+"$CC" "${cflags[@]}" "${cjson_cflags[@]}" -fsanitize=address,undefined -fno-sanitize-recover=all \
+  -fno-omit-frame-pointer tests/c/recovery.c "$target/release/libleasebeat.a" "${cjson_libs[@]}" "${syslibs[@]}" \
+  -o "$tmp/recovery_c"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+LEASEBEAT_BIN="$target/release/leasebeat" timeout 300 "$tmp/recovery_c" > "$tmp/recovery.log" 2> "$tmp/recovery.err" || {
+  cat "$tmp/recovery.err" "$tmp/recovery.log"; echo "recovery scenarios failed" >&2; exit 1; }
+cat "$tmp/recovery.log"
 
 echo "==> [c] the header as C++17"
 "$CXX" -std=c++17 -Wall -Wextra -Werror -pedantic -fsyntax-only -Iinclude tests/c/header_check.cpp
@@ -201,7 +219,7 @@ echo "==> [c] the example agent (examples/c-agent) under valgrind against $url"
 # first connection can take longer than 400 ms (the schedule is the same:
 # the attempt budget is at least 1000 ms either way).
 agent_rc=0
-timeout 300 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
+timeout 300 valgrind -q --suppressions=tests/c/valgrind.supp --leak-check=full --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=1 \
   "$tmp/agent" "$url" agent-key 1000 > "$tmp/agent.log" 2>&1 || agent_rc=$?
 cat "$tmp/agent.log"
 if [ "$agent_rc" -ne 0 ] || grep -q '^==[0-9]*==' "$tmp/agent.log" || ! grep -q '^ok: ' "$tmp/agent.log"; then
@@ -250,3 +268,4 @@ echo "example agent, server killed mid-run: stopped $killed_stop"
 echo "SONAME: $soname; installed consumers (pkg-config, CMake shared/static) run"
 echo "ASan+UBSan (static): $(tail -n 1 "$tmp/asan.log")"
 echo "valgrind (shared):   $(tail -n 1 "$tmp/valgrind.log")"
+echo "recovery (ASan+UBSan): $(tail -n 1 "$tmp/recovery.log")"

@@ -115,6 +115,8 @@ pub fn lease_config(ttl_ms: u64, budget_ms: u64) -> Config {
 /// Runs the benchmark and prints its line. Exit status 0.
 pub fn run(opts: BenchOptions) -> std::process::ExitCode {
     let mut dc = DriverConfig::new(opts.url.clone(), ApiKey::new("bench-key"));
+    // The bench settles nothing: no journal.
+    dc.journal = leasebeat::driver::JournalOptions::disabled();
     dc.max_workers = opts.workers.max(1);
     let (driver, events) = match Driver::new(dc) {
         Ok(d) => d,
@@ -212,7 +214,11 @@ pub fn run(opts: BenchOptions) -> std::process::ExitCode {
                     reported.entry(id).or_insert_with(wall_ms);
                 }
             }
-            Event::Error { .. } => {}
+            Event::Error { .. }
+            | Event::HeartbeatFailure { .. }
+            | Event::Settlement { .. }
+            | Event::Settled { .. }
+            | Event::Journal { .. } => {}
         }
     }
     let (cpu_timer, cpu_workers, cpu_other) = thread_cpu_s();

@@ -256,8 +256,12 @@ pub fn run_scenarios(scenarios: Vec<Scenario>, progress: bool) -> Result<Vec<Rep
     let start = Instant::now();
     // One driver for every lease; each scenario has its own server (its
     // own policy and faults), reached through `start_heartbeat_at`.
-    let (driver, events) = Driver::new(DriverConfig::new("http://127.0.0.1", ApiKey::new(API_KEY)))
-        .map_err(|e| e.to_string())?;
+    let (driver, events) = Driver::new(DriverConfig {
+        // The demo settles nothing: no journal.
+        journal: leasebeat::driver::JournalOptions::disabled(),
+        ..DriverConfig::new("http://127.0.0.1", ApiKey::new(API_KEY))
+    })
+    .map_err(|e| e.to_string())?;
     let mut lives: HashMap<LeaseHandle, Live> = HashMap::new();
     for sc in scenarios {
         let faults = sc
@@ -390,7 +394,7 @@ pub fn run_scenarios(scenarios: Vec<Scenario>, progress: bool) -> Result<Vec<Rep
                 let id = reservation_id.or(live.reservation_id.clone());
                 live.release = match id {
                     None => "no reservation".into(),
-                    Some(id) => match driver.release_at(
+                    Some(id) => match driver.release_once_at(
                         &live.server.url(),
                         &id,
                         Some("leasebeat demo: heartbeat stopped"),
@@ -420,6 +424,12 @@ pub fn run_scenarios(scenarios: Vec<Scenario>, progress: bool) -> Result<Vec<Rep
             Event::Error { error, .. } => {
                 eprintln!("{}: core refused an input: {error}", live.scenario.name);
             }
+            // The demo settles nothing; its heartbeat failures are in its
+            // decisions already.
+            Event::HeartbeatFailure { .. }
+            | Event::Settlement { .. }
+            | Event::Settled { .. }
+            | Event::Journal { .. } => {}
         }
     }
     driver.shutdown();

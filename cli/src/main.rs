@@ -29,7 +29,18 @@ Exit status:
      kept safely (the stop reason is on stderr)
   2  bad arguments
   3  the server could not be reached (no attempt got an HTTP answer)
-  4  the server refused the create (its code and message are on stderr)";
+  4  the server refused the create (its code and message are on stderr)
+  5  the final commit/release did not succeed (after Ctrl-C), or --replay
+     left records unsettled
+
+Settlement: the end of the lease (--commit's usage, else a release) goes
+through leasebeat's settlement: one idempotency key, retries as the
+settlement decides, the event fallback after a 410 (subject and action from
+--create, or --event for --reservation), and a journal record written
+before the first commit leaves (J-1). The journal is on by default under
+$CYCLES_JOURNAL_DIR or ~/.runcycles/commit-journal (--journal-dir,
+--tenant, --no-journal); run replays its partition when it starts, and
+--replay settles the partition's records and exits.";
 
 /// Lease-heartbeat scheduling for Cycles reservations.
 #[derive(Parser, Debug)]
@@ -169,7 +180,7 @@ enum Command {
     /// why it ended goes to stderr as one sentence.
     #[command(after_help = RUN_AFTER_HELP)]
     #[command(group(
-        clap::ArgGroup::new("start").required(true).args(["create", "reservation"])
+        clap::ArgGroup::new("start").required(true).args(["create", "reservation", "replay"])
     ))]
     Run {
         /// Base URL of the server, e.g. http://127.0.0.1:8080.
@@ -196,6 +207,34 @@ enum Command {
         /// Do not release the reservation when the heartbeat stops.
         #[arg(long)]
         no_release: bool,
+        /// Commit this usage when the heartbeat stops (Ctrl-C), instead of
+        /// releasing: a commit body without key, e.g.
+        /// '{"actual":{"unit":"TOKENS","amount":42},"metrics":{...},"metadata":{...}}'.
+        #[arg(long, value_name = "JSON")]
+        commit: Option<String>,
+        /// Subject and action for the expired-commit event fallback of a
+        /// --reservation: '{"subject":{...},"action":{"kind":..,"name":..}}'.
+        #[arg(long, value_name = "JSON")]
+        event: Option<String>,
+        /// The journal's base directory (default $CYCLES_JOURNAL_DIR, else
+        /// ~/.runcycles/commit-journal).
+        #[arg(long, value_name = "DIR")]
+        journal_dir: Option<std::path::PathBuf>,
+        /// Partition the journal by this tenant (survives API-key rotation);
+        /// defaults to $CYCLES_TENANT, else the partition is the API key's.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Do not journal the settlement (nothing durable; no replay).
+        #[arg(long, conflicts_with = "replay")]
+        no_journal: bool,
+        /// Settle the journal's records for this server and principal, then
+        /// exit (no heartbeat).
+        #[arg(long)]
+        replay: bool,
+        /// How long to wait at the end for settlements in flight (ms); what
+        /// is unresolved then stays in the journal.
+        #[arg(long, default_value_t = 30_000)]
+        flush_ms: u64,
     },
     /// Check a live Cycles server's side of the heartbeat contract, and
     /// report the cadence leasebeat gets there.
@@ -426,11 +465,28 @@ fn main() -> ExitCode {
             ttl_ms,
             timeout_ms,
             no_release,
+            commit,
+            event,
+            journal_dir,
+            tenant,
+            no_journal,
+            replay,
+            flush_ms,
         } => {
             let Some(api_key) = api_key.or_else(|| std::env::var("LEASEBEAT_API_KEY").ok()) else {
                 eprintln!("leasebeat run: give --api-key or set LEASEBEAT_API_KEY");
                 return ExitCode::from(2);
             };
+            let tenant = tenant.or_else(|| std::env::var("CYCLES_TENANT").ok());
+            let journal = run::journal_options(journal_dir, tenant, no_journal);
+            if replay {
+                return run::replay(run::ReplayOptions {
+                    url,
+                    api_key: ApiKey::new(api_key),
+                    journal,
+                    flush_ms,
+                });
+            }
             let start = match (create, reservation) {
                 (_, Some(id)) => run::Start::Reservation(id),
                 (Some(create), None) => match serde_json::from_str::<serde_json::Value>(&create) {
@@ -456,6 +512,10 @@ fn main() -> ExitCode {
                 ttl_ms,
                 timeout_ms,
                 release: !no_release,
+                commit: commit.map(String::into_bytes),
+                event: event.map(String::into_bytes),
+                journal,
+                flush_ms,
             })
         }
         Command::Probe {

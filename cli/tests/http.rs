@@ -109,6 +109,14 @@ impl Drop for Serve {
     }
 }
 
+/// A driver configuration without a journal (these tests settle nothing;
+/// the settlement tests use a temporary journal).
+fn test_config(url: impl Into<String>, key: ApiKey) -> DriverConfig {
+    let mut c = DriverConfig::new(url, key);
+    c.journal = leasebeat::driver::JournalOptions::disabled();
+    c
+}
+
 fn config(ttl_ms: u64, timeout_ms: u64) -> Config {
     let mut c = Config::new(ttl_ms, Some(timeout_ms));
     c.create_request = json!({
@@ -200,15 +208,19 @@ fn drive(
             }
             Event::Stopped { reason, .. } => run.stop = Some(*reason),
             Event::Error { error, .. } => panic!("core refused an input: {error}"),
-            Event::Jeopardy { .. } => {}
+            _ => {}
         }
         run.events.push(event);
     }
-    if let Some(id) = &run.reservation_id {
-        let r = driver.release(id, Some("test done")).expect("release");
+    if run.reservation_id.is_some() {
+        let r = driver
+            .release(lease, Some("test done"))
+            .expect("release")
+            .wait()
+            .expect("a result");
         assert!(
-            r.status == 200 || r.status == 410 || r.status == 409,
-            "release: {}",
+            matches!(r.status, Some(200 | 410 | 409)),
+            "release: {:?}",
             r.status
         );
     }
@@ -216,7 +228,7 @@ fn drive(
 }
 
 fn one_lease(serve: &Serve, cfg: Config, cancel_after: Option<u32>) -> Run {
-    let (driver, events) = Driver::new(DriverConfig::new(&serve.url, ApiKey::new(KEY))).unwrap();
+    let (driver, events) = Driver::new(test_config(&serve.url, ApiKey::new(KEY))).unwrap();
     let lease = driver.start(cfg).unwrap();
     let run = drive(&driver, &events, lease, cancel_after);
     driver.shutdown();
@@ -583,7 +595,7 @@ type KillState = (u32, u64, Option<(StopReason, u64)>);
 #[test]
 fn killing_the_server_stops_every_lease_before_its_lead_runs_out() {
     let mut serve = Serve::start(&["--max-lead-ms", "4000"]);
-    let (driver, events) = Driver::new(DriverConfig::new(&serve.url, ApiKey::new(KEY))).unwrap();
+    let (driver, events) = Driver::new(test_config(&serve.url, ApiKey::new(KEY))).unwrap();
     let leases: Vec<LeaseHandle> = (0..3)
         .map(|_| driver.start(config(4_000, 400)).unwrap())
         .collect();
@@ -608,19 +620,17 @@ fn killing_the_server_stops_every_lease_before_its_lead_runs_out() {
                 observed_ns,
                 attempt,
                 ..
-            } => {
-                if decision.outcome == OutcomeClass::Success {
-                    if attempt.is_some_and(|a| a.kind == leasebeat::AttemptKind::Extend) {
-                        s.0 += 1;
-                    }
-                    if let Some(Num::Int(lead)) = decision.numbers.lead_floor() {
-                        s.1 = observed_ns + lead as u64 * 1_000_000;
-                    }
+            } if decision.outcome == OutcomeClass::Success => {
+                if attempt.is_some_and(|a| a.kind == leasebeat::AttemptKind::Extend) {
+                    s.0 += 1;
+                }
+                if let Some(Num::Int(lead)) = decision.numbers.lead_floor() {
+                    s.1 = observed_ns + lead as u64 * 1_000_000;
                 }
             }
             Event::Stopped { reason, at_ns, .. } => s.2 = Some((reason, at_ns)),
             Event::Error { error, .. } => panic!("{error}"),
-            Event::Jeopardy { .. } => {}
+            _ => {}
         }
     }
     assert!(killed);
@@ -639,7 +649,7 @@ fn killing_the_server_stops_every_lease_before_its_lead_runs_out() {
 fn cancel_while_in_flight_ignores_the_late_response() {
     // The first extend is held 2 s by the server; cancel while it hangs.
     let serve = Serve::start(&["--max-lead-ms", "7000", "--fault", "extend:1=hold=2000"]);
-    let (driver, events) = Driver::new(DriverConfig::new(&serve.url, ApiKey::new(KEY))).unwrap();
+    let (driver, events) = Driver::new(test_config(&serve.url, ApiKey::new(KEY))).unwrap();
     let lease = driver.start(config(8_000, 2_500)).unwrap();
     // A second lease on the same driver (another server) keeps beating.
     let serve2 = Serve::start(&[]);
@@ -1125,8 +1135,7 @@ fn demo_help_names_every_scenario() {
 #[test]
 fn jeopardy_is_reported_before_the_lapse_when_the_timer_stalls() {
     let serve = Serve::start(&["--fault", "create:1=hold=300"]);
-    let (driver, events) =
-        Driver::new(DriverConfig::new(serve.url.clone(), ApiKey::new(KEY))).unwrap();
+    let (driver, events) = Driver::new(test_config(serve.url.clone(), ApiKey::new(KEY))).unwrap();
     let lease = driver.start(config(6_000, 1_000)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen: Vec<String> = Vec::new();
@@ -1194,6 +1203,7 @@ fn jeopardy_is_reported_before_the_lapse_when_the_timer_stalls() {
             }
             Event::Stopped { reason, .. } => break reason,
             Event::Error { error, .. } => panic!("{error}"),
+            _ => {}
         }
     };
     assert_eq!(
@@ -1220,7 +1230,7 @@ fn jeopardy_is_reported_before_the_lapse_when_the_timer_stalls() {
 #[test]
 fn api_keys_with_cr_or_lf_are_refused_up_front() {
     for key in ["se\r\ncret", "secret\n", "sec\0ret", ""] {
-        let err = Driver::new(DriverConfig::new("http://127.0.0.1:1", ApiKey::new(key)))
+        let err = Driver::new(test_config("http://127.0.0.1:1", ApiKey::new(key)))
             .map(|_| ())
             .unwrap_err();
         assert!(matches!(err, DriverError::BadApiKey(_)), "{err:?}");
@@ -1287,11 +1297,8 @@ fn an_oversized_404_body_stops_not_found() {
         let _ = s.write_all(head.as_bytes());
         let _ = s.write_all(page.as_bytes());
     });
-    let (driver, events) = Driver::new(DriverConfig::new(
-        format!("http://{addr}"),
-        ApiKey::new(KEY),
-    ))
-    .unwrap();
+    let (driver, events) =
+        Driver::new(test_config(format!("http://{addr}"), ApiKey::new(KEY))).unwrap();
     let hb = leasebeat::Heartbeat::for_reservation(config(60_000, 2_000), "rsv-big").unwrap();
     driver.start_heartbeat(hb).unwrap();
     let mut outcomes = Vec::new();
@@ -1302,8 +1309,8 @@ fn an_oversized_404_body_stops_not_found() {
         {
             Event::Decision { outcome, .. } => outcomes.push(outcome),
             Event::Stopped { reason, .. } => break reason,
-            Event::Jeopardy { .. } => {}
             Event::Error { error, .. } => panic!("{error}"),
+            _ => {}
         }
     };
     assert_eq!(outcomes, vec![Outcome::Status(404)]);
@@ -1377,7 +1384,7 @@ fn an_adopted_reservation_s_on_time_first_beat_is_not_late() {
         r#"{"idempotency_key":"adopt-1","subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"estimate":{"unit":"TOKENS","amount":1},"ttl_ms":4000}"#,
     );
     let id = r["reservation_id"].as_str().expect("created").to_owned();
-    let (driver, events) = Driver::new(DriverConfig::new(&serve.url, ApiKey::new(KEY))).unwrap();
+    let (driver, events) = Driver::new(test_config(&serve.url, ApiKey::new(KEY))).unwrap();
     let hb = leasebeat::Heartbeat::for_reservation(config(4_000, 500), &id).unwrap();
     let lease = driver.start_heartbeat(hb).unwrap();
     let run = drive(&driver, &events, lease, Some(2));
@@ -1412,7 +1419,7 @@ fn a_create_retry_goes_ahead_of_queued_creates() {
         "--fault",
         "create:2-=hold=300",
     ]);
-    let mut dc = DriverConfig::new(&serve.url, ApiKey::new(KEY));
+    let mut dc = test_config(&serve.url, ApiKey::new(KEY));
     dc.max_workers = 2;
     let (driver, events) = Driver::new(dc).unwrap();
     let first = driver.start(config(3_000, 1_000)).unwrap();
@@ -1489,7 +1496,7 @@ fn an_unresolved_create_reports_jeopardy_before_the_server_expiry() {
         "--fault",
         "create:2=hold=5000",
     ]);
-    let (driver, events) = Driver::new(DriverConfig::new(&serve.url, ApiKey::new(KEY))).unwrap();
+    let (driver, events) = Driver::new(test_config(&serve.url, ApiKey::new(KEY))).unwrap();
     let lease = driver.start(config(3_000, 1_500)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen = Vec::new();
@@ -1516,6 +1523,7 @@ fn an_unresolved_create_reports_jeopardy_before_the_server_expiry() {
             }
             Event::Stopped { reason, .. } => break reason,
             Event::Error { error, .. } => panic!("{error}"),
+            _ => {}
         }
     };
     driver.shutdown();

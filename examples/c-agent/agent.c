@@ -108,6 +108,15 @@ static void on_event(void *user_data, const lb_event *event) {
         printf("lease_in_jeopardy lease=%llu reservation=%s reason=%s\n", (unsigned long long)info.lease_id,
                rid[0] ? rid : "-", lb_jeopardy_reason_str(info.jeopardy));
         break;
+    case LB_EVENT_KIND_HEARTBEAT_FAILURE: /* HP-1: reported under every policy */
+    case LB_EVENT_KIND_SETTLEMENT:        /* a settlement decision (lb_driver_commit_lease, ...) */
+    case LB_EVENT_KIND_SETTLED:           /* a settlement's end */
+    case LB_EVENT_KIND_JOURNAL: {         /* the journal replay's findings (lease 0) */
+        char json[4096];
+        if (lb_event_json(event, json, sizeof json, &need) != LB_STATUS_OK) snprintf(json, sizeof json, "{}");
+        printf("%s lease=%llu %s\n", lb_event_kind_str(info.kind), (unsigned long long)info.lease_id, json);
+        break;
+    }
     }
     fflush(stdout);
 }

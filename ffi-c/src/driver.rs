@@ -17,16 +17,18 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
+use leasebeat::TransportFailure;
 use leasebeat::driver::{
     ApiKey, Driver, DriverConfig, DriverError, Event, JeopardyReason, Outcome,
 };
-use leasebeat::{Response, TransportFailure};
 use serde_json::{Map, Value};
 
 use crate::buf::{check_out, copy_text, try_ref, try_str, write_out};
 use crate::decision::lb_decision;
+use crate::driver_settle::lb_settle_result;
 use crate::error::{Fail, guard, lb_status};
 use crate::heartbeat::lb_config;
+use crate::settlement::{lb_settle_mode, lb_settle_outcome, lb_settlement_decision};
 use crate::types::{
     LB_FAILURE_CONNECT, LB_FAILURE_RESET, LB_FAILURE_TIMEOUT, lb_failure, lb_key_use, lb_next,
     lb_stop_reason,
@@ -73,6 +75,38 @@ pub enum lb_event_kind {
     /// happens, however loaded the driver is; the lease keeps heartbeating
     /// (more decisions follow).
     Jeopardy = 3,
+    /// HP-1: a heartbeat attempt failed, or the heartbeat stopped for a
+    /// reason other than a cancel (under every policy). `disposition` says
+    /// what follows (`due_ns`: when the retry is due; `stop_reason`: why it
+    /// stopped), `outcome`/`http_status`/`failure` what the attempt got,
+    /// `time_ns` when; lb_event_json() has the core's class and detail.
+    HeartbeatFailure = 4,
+    /// A settlement decision (every one, the first included): read it with
+    /// lb_event_settlement_decision(); `has_attempt`, `attempt_id`,
+    /// `settle_mode`, `settle_attempt_number`, `due_ns`, `attempt_sent_ns`
+    /// describe the attempt it answers or marks sent; `outcome`/
+    /// `http_status`/`failure` what that attempt got.
+    Settlement = 5,
+    /// A settlement ended (its last event): `settle_outcome`, `record_kept`;
+    /// the whole result with lb_event_settle_result().
+    Settled = 6,
+    /// A journal replay's findings (lease id 0): lb_event_json() has the
+    /// partition, the replayed, busy, quarantined and skipped records.
+    Journal = 7,
+}
+
+/// What follows a heartbeat failure (`LB_EVENT_KIND_HEARTBEAT_FAILURE`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum lb_hb_disposition {
+    /// Not a heartbeat failure event.
+    None = 0,
+    /// The attempt is retried with the same key, due at `due_ns`.
+    RetrySameKey = 1,
+    /// A new attempt with a new key follows at `due_ns`.
+    Continue = 2,
+    /// The heartbeat stopped for good (`stop_reason`).
+    Stop = 3,
 }
 
 /// Why a lease is in jeopardy (`LB_EVENT_KIND_JEOPARDY`).
@@ -126,7 +160,8 @@ pub enum lb_event_outcome {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct lb_event_info {
-    /// Decision, stopped or error.
+    /// Decision, stopped, error, jeopardy, heartbeat failure, settlement,
+    /// settled or journal.
     pub kind: lb_event_kind,
     /// The lease the event is about (as returned by lb_driver_start()).
     pub lease_id: lb_lease_id,
@@ -176,19 +211,40 @@ pub struct lb_event_info {
     /// clock ns; `UINT64_MAX` is +infinity); 0 when it has none (before the
     /// first success, on the fallback path) and for other events.
     pub proven_until_ns: u64,
+    /// For `LB_EVENT_KIND_HEARTBEAT_FAILURE`: what follows; `NONE` otherwise.
+    pub disposition: lb_hb_disposition,
+    /// For a settlement event: the attempt's endpoint, else the decision's
+    /// mode; for a settled event: the mode it ended in.
+    pub settle_mode: lb_settle_mode,
+    /// For a settlement event: the decision's outcome (`NONE` while it
+    /// runs); for a settled event: the final outcome.
+    pub settle_outcome: lb_settle_outcome,
+    /// For a settlement event with an attempt: its ordinal within its mode
+    /// (1-based); 0 otherwise.
+    pub settle_attempt_number: u32,
+    /// For a settled event: the record stays in the journal (a later replay
+    /// settles it).
+    pub record_kept: bool,
 }
 
 /// One event of a driver (opaque), lent to the callback: valid only while
 /// the callback runs. Read it with lb_event_get(), lb_event_decision(),
 /// lb_event_reservation_id() and lb_event_error_message().
 pub struct lb_event {
-    info: lb_event_info,
-    reservation_id: Option<String>,
+    pub(crate) info: lb_event_info,
+    pub(crate) reservation_id: Option<String>,
     decision: Option<lb_decision>,
-    error_message: Option<String>,
+    pub(crate) error_message: Option<String>,
+    /// A settlement event's decision.
+    pub(crate) settle_decision: Option<lb_settlement_decision>,
+    /// A settled event's result.
+    pub(crate) settle_result: Option<lb_settle_result>,
+    /// The JSON text of a heartbeat failure, settlement, settled or journal
+    /// event (lb_event_json()).
+    pub(crate) json: Option<String>,
 }
 
-fn failure_value(f: TransportFailure) -> lb_failure {
+pub(crate) fn failure_value(f: TransportFailure) -> lb_failure {
     match f {
         TransportFailure::Timeout => LB_FAILURE_TIMEOUT,
         TransportFailure::Connect => LB_FAILURE_CONNECT,
@@ -197,7 +253,25 @@ fn failure_value(f: TransportFailure) -> lb_failure {
 }
 
 impl lb_event {
-    fn blank(kind: lb_event_kind, lease: u64, reservation_id: Option<String>) -> lb_event {
+    pub(crate) fn set_outcome(&mut self, outcome: &Outcome) {
+        match *outcome {
+            Outcome::Status(s) => {
+                self.info.outcome = lb_event_outcome::Response;
+                self.info.http_status = u32::from(s);
+            }
+            Outcome::Failure(f) => {
+                self.info.outcome = lb_event_outcome::Failure;
+                self.info.failure = failure_value(f);
+            }
+            Outcome::Cancelled => self.info.outcome = lb_event_outcome::Cancelled,
+        }
+    }
+
+    pub(crate) fn blank(
+        kind: lb_event_kind,
+        lease: u64,
+        reservation_id: Option<String>,
+    ) -> lb_event {
         lb_event {
             info: lb_event_info {
                 kind,
@@ -218,14 +292,22 @@ impl lb_event {
                 jeopardy: lb_jeopardy_reason::None,
                 due_ns: 0,
                 proven_until_ns: 0,
+                disposition: lb_hb_disposition::None,
+                settle_mode: lb_settle_mode::Commit,
+                settle_outcome: lb_settle_outcome::None,
+                settle_attempt_number: 0,
+                record_kept: false,
             },
             reservation_id,
             decision: None,
             error_message: None,
+            settle_decision: None,
+            settle_result: None,
+            json: None,
         }
     }
 
-    fn from_core(event: Event) -> lb_event {
+    pub(crate) fn from_core(event: Event) -> lb_event {
         match event {
             Event::Decision {
                 lease,
@@ -237,17 +319,7 @@ impl lb_event {
             } => {
                 let mut e = lb_event::blank(lb_event_kind::Decision, lease.0, reservation_id);
                 e.info.stop_reason = lb_stop_reason::from_option(decision.stop_reason());
-                match outcome {
-                    Outcome::Status(s) => {
-                        e.info.outcome = lb_event_outcome::Response;
-                        e.info.http_status = u32::from(s);
-                    }
-                    Outcome::Failure(f) => {
-                        e.info.outcome = lb_event_outcome::Failure;
-                        e.info.failure = failure_value(f);
-                    }
-                    Outcome::Cancelled => e.info.outcome = lb_event_outcome::Cancelled,
-                }
+                e.set_outcome(&outcome);
                 if let Some(a) = attempt {
                     e.info.has_attempt = true;
                     e.info.attempt_id = a.id;
@@ -301,6 +373,28 @@ impl lb_event {
                 e.error_message = Some(error.to_string());
                 e
             }
+            Event::HeartbeatFailure { failure, .. } => {
+                crate::driver_settle::failure_event(&failure)
+            }
+            Event::Settlement {
+                lease,
+                reservation_id,
+                attempt,
+                outcome,
+                decision,
+            } => crate::driver_settle::settlement_event(
+                lease.0,
+                reservation_id,
+                attempt,
+                outcome,
+                *decision,
+            ),
+            Event::Settled { lease, result } => {
+                crate::driver_settle::settled_event(lease.0, *result)
+            }
+            Event::Journal { lease, report } => {
+                crate::driver_settle::journal_event(lease.0, &report)
+            }
         }
     }
 }
@@ -329,7 +423,7 @@ pub struct lb_driver {
     /// This driver's number (see [`DISPATCHER_OF`]).
     id: u64,
     /// The largest lease id handed out; the core numbers leases 1, 2, ...
-    max_lease: AtomicU64,
+    pub(crate) max_lease: AtomicU64,
 }
 
 /// Numbers drivers, so that a dispatcher thread knows whose it is.
@@ -362,14 +456,21 @@ fn dispatch(
     }
 }
 
-fn driver_error(e: DriverError) -> Fail {
+pub(crate) fn driver_error(e: DriverError) -> Fail {
     match e {
         DriverError::Core(e) => Fail::from(e),
         DriverError::ShutDown => shut_down(),
-        // The message names the URL, never the API key.
+        // Says why, never the URL's credentials (there are none in a URL).
         e @ DriverError::BadUrl(_) => Fail::invalid(e.to_string()),
         // Says why, never the key.
         e @ DriverError::BadApiKey(_) => Fail::invalid(e.to_string()),
+        e @ (DriverError::NoReservation(_)
+        | DriverError::AlreadySettling(_)
+        | DriverError::UnknownLease(_)) => Fail::invalid(e.to_string()),
+        DriverError::Journal { kind, message } => Fail::new(
+            crate::driver_settle::journal_kind_status(kind),
+            format!("journal {kind}: {message}"),
+        ),
     }
 }
 
@@ -379,7 +480,7 @@ fn shut_down() -> Fail {
 
 impl lb_driver {
     /// Runs `f` with the driver, or refuses when it has shut down.
-    fn with<T>(&self, f: impl FnOnce(&Driver) -> Result<T, Fail>) -> Result<T, Fail> {
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&Driver) -> Result<T, Fail>) -> Result<T, Fail> {
         let guard = match self.driver.read() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -442,7 +543,9 @@ impl lb_driver {
         if let Some(d) = driver {
             // The only reference left: every `off_thread` call has joined.
             match Arc::try_unwrap(d) {
-                Ok(d) => d.shutdown(),
+                Ok(d) => {
+                    d.shutdown();
+                }
                 Err(d) => drop(d),
             }
         }
@@ -500,35 +603,54 @@ pub extern "C" fn lb_driver_new(
         }
         let mut config = DriverConfig::new(base_url, ApiKey::new(api_key));
         config.max_workers = max_workers;
-        let (driver, events) = Driver::new(config).map_err(driver_error)?;
-        let user_data = UserData(user_data);
-        let id = NEXT_DRIVER_ID.fetch_add(1, Ordering::Relaxed);
-        let dispatcher = std::thread::Builder::new()
-            .name("leasebeat-events".into())
-            .spawn(move || dispatch(id, events, callback, user_data))
-            .map_err(|e| {
-                Fail::new(
-                    lb_status::InvalidConfig,
-                    format!("cannot start the dispatcher thread: {e}"),
-                )
-            })?;
-        // (On that error `driver` is dropped here, which joins its threads.)
-        let d = Box::new(lb_driver {
-            driver: RwLock::new(Some(Arc::new(driver))),
-            dispatcher: Mutex::new(Some(dispatcher)),
-            id,
-            max_lease: AtomicU64::new(0),
-        });
-        // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, Box::into_raw(d)) };
-        Ok(())
+        new_driver(config, callback, user_data, out)
     })
 }
 
-fn start(
+/// Starts a driver from a complete configuration (lb_driver_new(),
+/// lb_driver_new_with()); `out` checked by the caller.
+pub(crate) fn new_driver(
+    config: DriverConfig,
+    callback: lb_event_callback,
+    user_data: *mut c_void,
+    out: *mut *mut lb_driver,
+) -> Result<(), Fail> {
+    if callback.is_none() {
+        return Err(Fail::null("callback"));
+    }
+    check_out(out, "out")?;
+    if config.max_workers == 0 {
+        return Err(Fail::invalid("max_workers must be at least 1"));
+    }
+    let (driver, events) = Driver::new(config).map_err(driver_error)?;
+    let user_data = UserData(user_data);
+    let id = NEXT_DRIVER_ID.fetch_add(1, Ordering::Relaxed);
+    let dispatcher = std::thread::Builder::new()
+        .name("leasebeat-events".into())
+        .spawn(move || dispatch(id, events, callback, user_data))
+        .map_err(|e| {
+            Fail::new(
+                lb_status::InvalidConfig,
+                format!("cannot start the dispatcher thread: {e}"),
+            )
+        })?;
+    // (On that error `driver` is dropped here, which joins its threads.)
+    let d = Box::new(lb_driver {
+        driver: RwLock::new(Some(Arc::new(driver))),
+        dispatcher: Mutex::new(Some(dispatcher)),
+        id,
+        max_lease: AtomicU64::new(0),
+    });
+    // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
+    unsafe { write_out(out, Box::into_raw(d)) };
+    Ok(())
+}
+
+pub(crate) fn start(
     driver: *const lb_driver,
     cfg: *const lb_config,
     reservation_id: Option<*const c_char>,
+    opts: *const crate::driver_settle::lb_lease_options,
     out: *mut lb_lease_id,
 ) -> lb_status {
     guard(|| {
@@ -541,12 +663,22 @@ fn start(
             Some(p) => Some(unsafe { try_str(p, "reservation_id") }?),
             None => None,
         };
+        // SAFETY: `opts` is NULL or live options not mutated during the call.
+        let options = unsafe { opts.as_ref() }
+            .map(|o| o.to_core())
+            .unwrap_or_default();
         check_out(out, "out")?;
         let lease = match cfg.plain_create(reservation_id) {
-            Some(config) => d.with(|driver| driver.start(config).map_err(driver_error))?,
+            Some(config) => {
+                d.with(|driver| driver.start_with(config, options).map_err(driver_error))?
+            }
             None => {
                 let hb = cfg.heartbeat(reservation_id)?;
-                d.with(|driver| driver.start_heartbeat(hb).map_err(driver_error))?
+                d.with(|driver| {
+                    driver
+                        .start_heartbeat_with(hb, options)
+                        .map_err(driver_error)
+                })?
             }
         };
         d.max_lease.fetch_max(lease.0, Ordering::SeqCst);
@@ -571,7 +703,7 @@ pub extern "C" fn lb_driver_start(
     cfg: *const lb_config,
     out: *mut lb_lease_id,
 ) -> lb_status {
-    start(driver, cfg, None, out)
+    start(driver, cfg, None, std::ptr::null(), out)
 }
 
 /// Starts a lease for a reservation created elsewhere: its first attempt is
@@ -588,7 +720,7 @@ pub extern "C" fn lb_driver_start_for_reservation(
     reservation_id: *const c_char,
     out: *mut lb_lease_id,
 ) -> lb_status {
-    start(driver, cfg, Some(reservation_id), out)
+    start(driver, cfg, Some(reservation_id), std::ptr::null(), out)
 }
 
 /// Cancels one lease: its `cancelled` decision and stopped event follow on
@@ -632,29 +764,66 @@ pub struct lb_finalize_result {
     pub failure: lb_failure,
 }
 
-fn finalize_result(r: Result<Response, TransportFailure>) -> lb_finalize_result {
-    match r {
-        Ok(resp) => lb_finalize_result {
+/// The answer of a settlement, in the shape of the old single-attempt result: the HTTP status
+/// that decided, or (no response decided: transport failures until exhausted) the kind of the
+/// last transport failure.
+fn finalize_result(r: &leasebeat::driver::SettleResult) -> lb_finalize_result {
+    match r.status {
+        Some(status) => lb_finalize_result {
             responded: true,
-            http_status: u32::from(resp.status),
+            http_status: u32::from(status),
             failure: 0,
         },
-        Err(f) => lb_finalize_result {
-            responded: false,
-            http_status: 0,
-            failure: failure_value(f),
-        },
+        None => {
+            let detail = r
+                .decisions
+                .iter()
+                .rev()
+                .find_map(|d| d.detail.as_deref())
+                .unwrap_or("");
+            let failure = [
+                TransportFailure::Connect,
+                TransportFailure::Reset,
+                TransportFailure::Timeout,
+            ]
+            .into_iter()
+            .find(|f| detail.contains(f.as_str()))
+            .unwrap_or(TransportFailure::Timeout);
+            lb_finalize_result {
+                responded: false,
+                http_status: 0,
+                failure: failure_value(failure),
+            }
+        }
     }
 }
 
-/// Releases a reservation now, on the calling thread:
-/// `POST {base_url}/v1/reservations/{reservation_id}/release` with a fresh
-/// idempotency key and `reason` (NUL-terminated UTF-8, or NULL for none),
-/// bounded by 5 s. Cancel the lease first (lb_driver_cancel()). The outcome
-/// (a status such as 200, or a transport failure) goes to `*out`.
+/// Runs a settlement of a reservation the driver does not heartbeat and waits for its end.
+fn settle_blocking(
+    d: &lb_driver,
+    start: impl FnOnce(&Driver) -> Result<leasebeat::driver::Settling, leasebeat::driver::DriverError>
+    + Send
+    + 'static,
+) -> Result<lb_finalize_result, Fail> {
+    let result = d.off_thread(move |driver| start(driver).map(|s| s.wait()))?;
+    match result {
+        Ok(Some(r)) => Ok(finalize_result(&r)),
+        Ok(None) => Err(shut_down()),
+        Err(e) => Err(driver_error(e)),
+    }
+}
+
+/// Releases a reservation, on the calling thread, as a settlement (ST-9, SP-1):
+/// `POST {base_url}/v1/reservations/{reservation_id}/release` with `reason` (NUL-terminated
+/// UTF-8, or NULL for none), one idempotency key for every attempt, retried on timeouts,
+/// resets, 5xx and 429 as the core decides (at most 5 attempts, each bounded by the driver's
+/// settlement budget), not journaled. Blocks until the outcome is final. Cancel the lease
+/// first (lb_driver_cancel()). The deciding answer (an HTTP status such as 200, or the last
+/// transport failure when none answered) goes to `*out`. For the full outcome (code, key,
+/// decisions) use lb_driver_release_reservation().
 ///
-/// Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
-/// `LB_STATUS_SHUT_DOWN`.
+/// Errors: `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`, `LB_STATUS_INVALID_ARGUMENT`
+/// (a reservation id the protocol cannot carry), `LB_STATUS_SHUT_DOWN`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_driver_release(
     driver: *const lb_driver,
@@ -675,21 +844,27 @@ pub extern "C" fn lb_driver_release(
         };
         check_out(out, "out")?;
         let (id, reason) = (id.to_owned(), reason.map(str::to_owned));
-        let result = d.off_thread(move |driver| driver.release(&id, reason.as_deref()))?;
+        let result = settle_blocking(d, move |driver| {
+            driver.release_reservation(&id, reason.as_deref())
+        })?;
         // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, finalize_result(result)) };
+        unsafe { write_out(out, result) };
         Ok(())
     })
 }
 
-/// Commits a reservation now, on the calling thread:
-/// `POST {base_url}/v1/reservations/{reservation_id}/commit` with a fresh
-/// idempotency key and `actual_json` (NUL-terminated UTF-8 JSON, an Amount
-/// object such as `{"unit":"TOKENS","amount":42}`), bounded by 5 s. The
-/// outcome goes to `*out`.
+/// Commits a reservation, on the calling thread, as a journaled settlement (ST-1..ST-8,
+/// J-1): `POST {base_url}/v1/reservations/{reservation_id}/commit` with `actual_json`
+/// (NUL-terminated UTF-8 JSON, an Amount object such as `{"unit":"TOKENS","amount":42}`),
+/// written to the driver's journal before it leaves, one idempotency key for every attempt,
+/// retried as the core decides, the `Retry-After` of a 429 honoured (this call then blocks
+/// that long, at most an hour). No event fallback: a reservation the driver does not
+/// heartbeat has no subject/action here, so an expired one ends `expired_unrecorded` with its
+/// record kept (use lb_driver_commit_reservation() with an event body for the fallback).
+/// Blocks until the outcome is final; the deciding answer goes to `*out`.
 ///
-/// Errors: `LB_STATUS_INVALID_ARGUMENT` (`actual_json` is not a JSON
-/// object), `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
+/// Errors: `LB_STATUS_INVALID_ARGUMENT` (`actual_json` is not a JSON object, or an id the
+/// protocol cannot carry), `LB_STATUS_NULL_ARGUMENT`, `LB_STATUS_INVALID_UTF8`,
 /// `LB_STATUS_SHUT_DOWN`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_driver_commit(
@@ -709,9 +884,10 @@ pub extern "C" fn lb_driver_commit(
         let actual: Map<String, Value> = serde_json::from_str(actual)
             .map_err(|e| Fail::invalid(format!("actual_json is not a JSON object: {e}")))?;
         let id = id.to_owned();
-        let result = d.off_thread(move |driver| driver.commit(&id, Value::Object(actual)))?;
+        let usage = leasebeat::driver::Usage::new(Value::Object(actual));
+        let result = settle_blocking(d, move |driver| driver.commit_reservation(&id, usage, None))?;
         // SAFETY: `out` was checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, finalize_result(result)) };
+        unsafe { write_out(out, result) };
         Ok(())
     })
 }
@@ -862,7 +1038,8 @@ pub extern "C" fn lb_event_error_message(
 }
 
 /// The stable string of an event kind: `"decision"`, `"stopped"`,
-/// `"error"`, `"lease_in_jeopardy"`; `"unknown"` for other values. Static;
+/// `"error"`, `"lease_in_jeopardy"`, `"heartbeat_failure"`, `"settlement"`,
+/// `"settled"`, `"journal"`; `"unknown"` for other values. Static;
 /// do not free.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_event_kind_str(kind: i32) -> *const c_char {
@@ -873,6 +1050,10 @@ pub extern "C" fn lb_event_kind_str(kind: i32) -> *const c_char {
                 lb_event_kind::Stopped,
                 lb_event_kind::Error,
                 lb_event_kind::Jeopardy,
+                lb_event_kind::HeartbeatFailure,
+                lb_event_kind::Settlement,
+                lb_event_kind::Settled,
+                lb_event_kind::Journal,
             ]
             .into_iter()
             .find(|k| *k as i32 == kind)
@@ -881,6 +1062,10 @@ pub extern "C" fn lb_event_kind_str(kind: i32) -> *const c_char {
                 lb_event_kind::Stopped => b"stopped\0",
                 lb_event_kind::Error => b"error\0",
                 lb_event_kind::Jeopardy => b"lease_in_jeopardy\0",
+                lb_event_kind::HeartbeatFailure => b"heartbeat_failure\0",
+                lb_event_kind::Settlement => b"settlement\0",
+                lb_event_kind::Settled => b"settled\0",
+                lb_event_kind::Journal => b"journal\0",
             })
         },
         b"unknown\0",

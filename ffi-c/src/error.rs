@@ -13,8 +13,9 @@ use crate::buf::copy_text;
 /// (except the needed size on `LB_STATUS_BUFFER_TOO_SMALL`); the thread's
 /// last-error message (lb_last_error()) then says what was wrong.
 ///
-/// Values 1..=99 mirror the core's error kinds one to one; values from 100 are
-/// the C layer's own. The numbers are stable.
+/// Values 1..=99 mirror the core's error kinds one to one; values 100..=109
+/// are the C layer's own; values 110..=129 mirror the journal's error kinds
+/// (`JournalErrorKind`) one to one. The numbers are stable.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum lb_status {
@@ -60,11 +61,42 @@ pub enum lb_status {
     /// lb_driver_shutdown() and lb_driver_free() wait for the callback's own
     /// thread to finish.
     InCallback = 105,
+    /// A bounded wait ended before what it waited for (lb_settling_wait()).
+    TimedOut = 106,
+    /// The journal directory (or a record in it) cannot be written: permission
+    /// denied, a read-only file system. Journal kind `not_writable`.
+    JournalNotWritable = 110,
+    /// A symbolic link where the journal expects its directory or a record
+    /// (J-3: never followed). Journal kind `symlink`.
+    JournalSymlink = 111,
+    /// The file system is full (or the quota is exhausted); the previous
+    /// record, if any, is intact. Journal kind `no_space`.
+    JournalNoSpace = 112,
+    /// The journal path (or the partition in it) exists and is not a
+    /// directory. Journal kind `not_a_directory`.
+    JournalNotADirectory = 113,
+    /// No journal directory was given, `CYCLES_JOURNAL_DIR` is unset and
+    /// there is no home directory. Journal kind `no_directory`.
+    JournalNoDirectory = 114,
+    /// The record is not one the journal can take: an empty reservation id,
+    /// a missing body. Journal kind `invalid_record`.
+    JournalInvalidRecord = 115,
+    /// A stored record did not parse or validate (J-4): it was renamed aside
+    /// (quarantined). Journal kind `corrupt`.
+    JournalCorrupt = 116,
+    /// The file under the id's name holds another reservation id; it was left
+    /// alone. Journal kind `misplaced`.
+    JournalMisplaced = 117,
+    /// Any other I/O error of the journal. Journal kind `io`.
+    JournalIo = 118,
+    /// lb_journal_finish() was given a settlement that has not ended: nothing
+    /// was touched. Journal kind `not_finished`.
+    JournalNotFinished = 119,
 }
 
 impl lb_status {
     /// Every status, in a fixed order.
-    pub(crate) const ALL: [lb_status; 15] = [
+    pub(crate) const ALL: [lb_status; 26] = [
         lb_status::Ok,
         lb_status::InvalidConfig,
         lb_status::InvalidArgument,
@@ -80,6 +112,17 @@ impl lb_status {
         lb_status::Panic,
         lb_status::ShutDown,
         lb_status::InCallback,
+        lb_status::TimedOut,
+        lb_status::JournalNotWritable,
+        lb_status::JournalSymlink,
+        lb_status::JournalNoSpace,
+        lb_status::JournalNotADirectory,
+        lb_status::JournalNoDirectory,
+        lb_status::JournalInvalidRecord,
+        lb_status::JournalCorrupt,
+        lb_status::JournalMisplaced,
+        lb_status::JournalIo,
+        lb_status::JournalNotFinished,
     ];
 
     /// The status of a core error kind. Exhaustive on purpose: a new core
@@ -98,8 +141,9 @@ impl lb_status {
     }
 
     /// The stable string: the core's code for core kinds (`"invalid_config"`,
-    /// ...), `"ok"`, `"null_argument"`, `"buffer_too_small"`,
-    /// `"invalid_utf8"`, `"panic"` for the others.
+    /// ...), `"journal_"` and the journal's kind for journal errors
+    /// (`"journal_no_space"`, ...), `"ok"`, `"null_argument"`,
+    /// `"buffer_too_small"`, `"invalid_utf8"`, `"panic"` for the others.
     pub fn as_str(self) -> &'static str {
         match self {
             lb_status::Ok => "ok",
@@ -117,6 +161,17 @@ impl lb_status {
             lb_status::Panic => "panic",
             lb_status::ShutDown => "shut_down",
             lb_status::InCallback => "in_callback",
+            lb_status::TimedOut => "timed_out",
+            lb_status::JournalNotWritable => "journal_not_writable",
+            lb_status::JournalSymlink => "journal_symlink",
+            lb_status::JournalNoSpace => "journal_no_space",
+            lb_status::JournalNotADirectory => "journal_not_a_directory",
+            lb_status::JournalNoDirectory => "journal_no_directory",
+            lb_status::JournalInvalidRecord => "journal_invalid_record",
+            lb_status::JournalCorrupt => "journal_corrupt",
+            lb_status::JournalMisplaced => "journal_misplaced",
+            lb_status::JournalIo => "journal_io",
+            lb_status::JournalNotFinished => "journal_not_finished",
         }
     }
 
@@ -138,6 +193,17 @@ impl lb_status {
             lb_status::Panic => b"panic\0",
             lb_status::ShutDown => b"shut_down\0",
             lb_status::InCallback => b"in_callback\0",
+            lb_status::TimedOut => b"timed_out\0",
+            lb_status::JournalNotWritable => b"journal_not_writable\0",
+            lb_status::JournalSymlink => b"journal_symlink\0",
+            lb_status::JournalNoSpace => b"journal_no_space\0",
+            lb_status::JournalNotADirectory => b"journal_not_a_directory\0",
+            lb_status::JournalNoDirectory => b"journal_no_directory\0",
+            lb_status::JournalInvalidRecord => b"journal_invalid_record\0",
+            lb_status::JournalCorrupt => b"journal_corrupt\0",
+            lb_status::JournalMisplaced => b"journal_misplaced\0",
+            lb_status::JournalIo => b"journal_io\0",
+            lb_status::JournalNotFinished => b"journal_not_finished\0",
         }
     }
 }

@@ -19,7 +19,8 @@
 //! Modules: [`error`] (status, last error, panic boundary), [`buf`] (pointer
 //! checks and the caller-buffer convention), [`types`] (plain value types),
 //! [`heartbeat`] (configuration and state machine), [`decision`] (decisions),
-//! [`arith`] (the pure arithmetic), `driver` (the HTTP driver with its event
+//! [`arith`] (the pure arithmetic), [`settlement`] (the settlement of a
+//! reservation), [`journal`] (the durable settlement journal), `driver` (the HTTP driver with its event
 //! callback; cargo feature `driver`, on by default). Unsafe code lives only in this crate, in
 //! small blocks with a SAFETY comment.
 #![allow(non_camel_case_types)]
@@ -35,9 +36,12 @@ pub mod buf;
 pub mod decision;
 #[cfg(feature = "driver")]
 pub mod driver;
+#[cfg(feature = "driver")]
+pub mod driver_settle;
 pub mod error;
 mod fork;
 pub mod heartbeat;
+pub mod journal;
 pub mod settlement;
 pub mod types;
 
@@ -47,8 +51,11 @@ pub use arith::*;
 pub use decision::*;
 #[cfg(feature = "driver")]
 pub use driver::*;
+#[cfg(feature = "driver")]
+pub use driver_settle::*;
 pub use error::*;
 pub use heartbeat::*;
+pub use journal::*;
 pub use settlement::*;
 pub use types::*;
 

@@ -38,7 +38,7 @@ use crate::types::{LB_FAILURE_CONNECT, LB_FAILURE_RESET, LB_FAILURE_TIMEOUT, lb_
 /// lb_settlement_new_release() and lb_settlement_from_record(), freed by
 /// lb_settlement_config_free(). Values are checked when a settlement is made.
 pub struct lb_settlement_config {
-    retry: RetryPolicy,
+    pub(crate) retry: RetryPolicy,
     event: Option<Vec<u8>>,
     base_url: String,
     release_reason: Option<String>,
@@ -57,10 +57,10 @@ pub struct lb_settlement_config {
 /// changes nothing. A `const lb_settlement *` may be read from several
 /// threads at once; an `lb_settlement *` call needs exclusive access.
 pub struct lb_settlement {
-    inner: Settlement,
+    pub(crate) inner: Settlement,
     /// Set when a call panicked: every further call is refused with
     /// `LB_STATUS_PANIC`.
-    poisoned: bool,
+    pub(crate) poisoned: bool,
 }
 
 /// One decision of a settlement (opaque), from
@@ -68,7 +68,7 @@ pub struct lb_settlement {
 /// with lb_settlement_decision_free(). Immutable: a
 /// `const lb_settlement_decision *` may be read from several threads.
 pub struct lb_settlement_decision {
-    inner: SettlementDecision,
+    pub(crate) inner: SettlementDecision,
 }
 
 /// A settlement's mode, also the endpoint of an attempt.
@@ -84,7 +84,7 @@ pub enum lb_settle_mode {
 }
 
 impl lb_settle_mode {
-    fn from_core(m: SettleMode) -> lb_settle_mode {
+    pub(crate) fn from_core(m: SettleMode) -> lb_settle_mode {
         match m {
             SettleMode::Commit => lb_settle_mode::Commit,
             SettleMode::Event => lb_settle_mode::Event,
@@ -92,7 +92,7 @@ impl lb_settle_mode {
         }
     }
 
-    fn from_endpoint(e: leasebeat::Endpoint) -> lb_settle_mode {
+    pub(crate) fn from_endpoint(e: leasebeat::Endpoint) -> lb_settle_mode {
         match e {
             leasebeat::Endpoint::Commit => lb_settle_mode::Commit,
             leasebeat::Endpoint::Event => lb_settle_mode::Event,
@@ -137,7 +137,7 @@ pub enum lb_settle_outcome {
 }
 
 impl lb_settle_outcome {
-    fn from_core(o: SettleOutcome) -> lb_settle_outcome {
+    pub(crate) fn from_core(o: SettleOutcome) -> lb_settle_outcome {
         match o {
             SettleOutcome::Committed => lb_settle_outcome::Committed,
             SettleOutcome::Applied => lb_settle_outcome::Applied,
@@ -151,7 +151,7 @@ impl lb_settle_outcome {
         }
     }
 
-    fn from_option(o: Option<SettleOutcome>) -> lb_settle_outcome {
+    pub(crate) fn from_option(o: Option<SettleOutcome>) -> lb_settle_outcome {
         o.map_or(lb_settle_outcome::None, lb_settle_outcome::from_core)
     }
 }
@@ -429,7 +429,7 @@ impl lb_settlement_config {
     }
 }
 
-fn boxed(out: *mut *mut lb_settlement, inner: Settlement) {
+pub(crate) fn boxed(out: *mut *mut lb_settlement, inner: Settlement) {
     let s = Box::new(lb_settlement {
         inner,
         poisoned: false,
@@ -595,7 +595,10 @@ fn poisoned() -> Fail {
     )
 }
 
-fn read(s: *const lb_settlement, f: impl FnOnce(&Settlement) -> Result<(), Fail>) -> lb_status {
+pub(crate) fn read(
+    s: *const lb_settlement,
+    f: impl FnOnce(&Settlement) -> Result<(), Fail>,
+) -> lb_status {
     guard(|| {
         // SAFETY: `s` is NULL or a live settlement not mutated during the call.
         let s = unsafe { try_ref(s, "s") }?;
@@ -607,7 +610,10 @@ fn read(s: *const lb_settlement, f: impl FnOnce(&Settlement) -> Result<(), Fail>
 }
 
 /// Runs a mutating call; a panic inside poisons the settlement.
-fn mutate(s: *mut lb_settlement, f: impl FnOnce(&mut Settlement) -> Result<(), Fail>) -> lb_status {
+pub(crate) fn mutate(
+    s: *mut lb_settlement,
+    f: impl FnOnce(&mut Settlement) -> Result<(), Fail>,
+) -> lb_status {
     guard(|| {
         // SAFETY: `s` is NULL or a live settlement that no other thread uses
         // during this call.

@@ -84,4 +84,11 @@ int settle_replay(const struct cJSON *root, const char *text, const char *id, ch
 /** The settlement API's negative tests (settle.c). */
 void run_settle_api_tests(void);
 
+/** The journal tests (journal.c): each in its own temporary directory. */
+void run_journal_tests(void);
+
+/** The driver's settlement API tests (driver_settle.c); the live ones only
+ *  with a server URL. */
+void run_driver_settle_tests(const char *server_url);
+
 #endif

@@ -947,6 +947,8 @@ int main(int argc, char **argv) {
     run_driver_tests(server, fallback_server);
     run_adopt_tests(server, server_log);
     run_settle_api_tests();
+    run_journal_tests();
+    run_driver_settle_tests(server);
     for (int i = first; i < argc; i++) replay_file(argv[i]);
     if (rust_emit) compare_with_rust(rust_emit);
     lines_free(&g_emitted);

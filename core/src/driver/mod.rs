@@ -98,9 +98,43 @@
 //! driver) cancels every lease and joins every thread; it waits at most for
 //! the attempts in flight, each bounded by its budget.
 //!
+//! ## Settlement (commit, release, the journal)
+//!
+//! A lease ends through a core [`crate::Settlement`] (ST-1..ST-11) that the
+//! timer thread drives like a heartbeat: [`Driver::commit`] (or
+//! [`Driver::release`] for work that used nothing) builds it, the journal
+//! writes its record on a worker **before** the first commit leaves (J-1,
+//! [`crate::journal::Journal::persist`]), attempts go out at the due times its
+//! decisions set (one key; backoff, `Retry-After` floors persisted; after a
+//! 410 `RESERVATION_EXPIRED` the event fallback with the create's subject
+//! and action, or [`LeaseOptions::event`] for an adopted reservation), and
+//! [`crate::journal::Journal::finish`] removes or keeps the record at the end
+//! (J-5). The lease's heartbeat keeps running until a decision says
+//! `stop_heartbeat` (ST-11); then it is cancelled. Every settlement decision
+//! is an [`Event::Settlement`], the end an [`Event::Settled`] with a
+//! [`SettleResult`] (also returned by [`Settling::wait`]).
+//!
+//! The journal (feature `journal`) is on by default
+//! ([`JournalOptions`]: `$CYCLES_JOURNAL_DIR` or
+//! `~/.runcycles/commit-journal`, partitioned by tenant or API key); the
+//! driver replays its partition in the background when it starts
+//! ([`crate::journal::Journal::replay`]: records claimed by another process
+//! are left alone, J-6) and reports what it found as [`Event::Journal`].
+//! [`Driver::flush`] waits a bounded time for settlements in flight (J-7);
+//! [`Driver::shutdown`] flushes for [`DriverConfig::shutdown_flush_ms`]
+//! first. Without the `journal` feature the driver still settles (retries,
+//! fallback) but nothing is durable.
+//!
+//! Heartbeat failures (HP-1): every failed heartbeat attempt and every stop
+//! that is not a cancel is an [`Event::HeartbeatFailure`] (reservation id,
+//! outcome, disposition). [`FailurePolicy`] per lease: `Warn` (default),
+//! `Cancel` (a [`CancellationToken`] is cancelled or a callback called when
+//! the heartbeat stops), `FailOnFinalize` (the settlement runs; its result
+//! then carries the heartbeat's stop and `failed_after_heartbeat`).
+//!
 //! ```no_run
 //! use leasebeat::Config;
-//! use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event};
+//! use leasebeat::driver::{ApiKey, Driver, DriverConfig, Event, Usage};
 //! let (driver, events) =
 //!     Driver::new(DriverConfig::new("http://127.0.0.1:7878", ApiKey::new("k"))).unwrap();
 //! let mut config = Config::new(60_000, Some(5_000));
@@ -110,20 +144,29 @@
 //! let lease = driver.start(config).unwrap();
 //! for event in events.iter() {
 //!     match event {
-//!         Event::Decision { decision, .. } => println!("{}", decision.to_json().len()),
+//!         Event::Decision { decision, reservation_id, .. } => {
+//!             println!("{}", decision.to_json().len());
+//!             if reservation_id.is_some() { break } // the work runs now
+//!         }
 //!         Event::Stopped { reason, .. } => { println!("stopped: {reason}"); break }
 //!         Event::Jeopardy { reason, reservation_id, .. } => {
 //!             eprintln!("lease_in_jeopardy {reason:?} {reservation_id:?}")
 //!         }
+//!         Event::HeartbeatFailure { failure, .. } => eprintln!("{failure}"),
 //!         Event::Error { error, .. } => eprintln!("{error}"),
+//!         _ => {}
 //!     }
 //! }
-//! # let _ = lease;
+//! let usage = Usage::new(serde_json::json!({"unit": "TOKENS", "amount": 1}));
+//! let result = driver.commit(lease, usage).unwrap().wait().unwrap();
+//! println!("{} (record kept: {})", result.outcome, result.record_kept);
 //! driver.shutdown();
 //! ```
 
 pub mod clock;
 mod http;
+mod jn;
+mod settle;
 mod timer;
 
 use std::fmt;
@@ -134,11 +177,16 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::{
-    AttemptKind, Config, Decision, Error, ErrorKind, Heartbeat, KeyUse, Response, StopReason,
-    TransportFailure,
+    AttemptKind, Config, Decision, Error, ErrorKind, Heartbeat, KeyUse, Response, RetryPolicy,
+    SettlementDecision, StopReason, TransportFailure,
 };
 
 pub use http::MAX_BODY_BYTES;
+pub use settle::{
+    CancellationToken, Canceller, Disposition, EventBody, FailurePolicy, FlushReport,
+    HeartbeatFailure, JournalOptions, JournalReport, LeaseOptions, SettleAttemptReport,
+    SettleResult, Settling, Usage,
+};
 
 /// A Cycles API key. Its `Debug` form is redacted and it has no `Display`:
 /// the key is never printed by the driver.
@@ -207,9 +255,18 @@ pub struct DriverConfig {
     /// Longest single wait of the timer thread, in ms (bounds how late a
     /// beat is noticed after a system suspend). Default 100.
     pub max_timer_wait_ms: u64,
-    /// Timeout of [`Driver::release`] and [`Driver::commit`] calls. Default
-    /// 5000 ms.
+    /// Budget of one settlement attempt (commit, event or release),
+    /// enforced end to end like a beat's. Default 5000 ms.
     pub finalize_timeout_ms: u64,
+    /// The settlements' retry policy (ST-3, SP-1). Default 5 attempts per
+    /// mode, 500 ms doubling to 30 s.
+    pub settle_retry: RetryPolicy,
+    /// How long [`Driver::shutdown`] waits for settlements in flight (J-7;
+    /// what is unresolved then stays in the journal). Default 5000 ms.
+    pub shutdown_flush_ms: u64,
+    /// The journal (see [`JournalOptions`]): on by default with the
+    /// `journal` feature.
+    pub journal: JournalOptions,
 }
 
 impl DriverConfig {
@@ -221,6 +278,9 @@ impl DriverConfig {
             max_workers: 16,
             max_timer_wait_ms: 100,
             finalize_timeout_ms: 5_000,
+            settle_retry: RetryPolicy::default(),
+            shutdown_flush_ms: 5_000,
+            journal: JournalOptions::default(),
         }
     }
 }
@@ -401,16 +461,58 @@ pub enum Event {
         /// The core's error.
         error: Error,
     },
+    /// HP-1: a heartbeat attempt failed, or the heartbeat stopped for a
+    /// reason other than a cancel. Reported under every policy, after the
+    /// decision it comes from (and before its `Stopped`).
+    HeartbeatFailure {
+        /// Which lease.
+        lease: LeaseHandle,
+        /// The failure: reservation id, outcome, disposition.
+        failure: HeartbeatFailure,
+    },
+    /// A settlement decision (every one, the first included: the one made
+    /// when the settlement was built).
+    Settlement {
+        /// The lease (a fresh handle for a replayed record).
+        lease: LeaseHandle,
+        /// The reservation.
+        reservation_id: String,
+        /// The attempt this decision answers or marks sent, if any.
+        attempt: Option<SettleAttemptReport>,
+        /// What the attempt got, for a decision on an outcome.
+        outcome: Option<Outcome>,
+        /// The decision.
+        decision: Box<SettlementDecision>,
+    },
+    /// A settlement ended (its last event).
+    Settled {
+        /// The lease.
+        lease: LeaseHandle,
+        /// The outcome, the record's fate, the decisions.
+        result: Box<SettleResult>,
+    },
+    /// A journal replay's findings (quarantined, busy, replayed records).
+    /// `lease` is `LeaseHandle(0)`, which never names a lease.
+    Journal {
+        /// `LeaseHandle(0)`.
+        lease: LeaseHandle,
+        /// What the replay found.
+        report: Box<JournalReport>,
+    },
 }
 
 impl Event {
-    /// The lease the event is about.
+    /// The lease the event is about (`LeaseHandle(0)` for a journal report).
     pub fn lease(&self) -> LeaseHandle {
         match self {
             Event::Decision { lease, .. }
             | Event::Stopped { lease, .. }
             | Event::Jeopardy { lease, .. }
-            | Event::Error { lease, .. } => *lease,
+            | Event::Error { lease, .. }
+            | Event::HeartbeatFailure { lease, .. }
+            | Event::Settlement { lease, .. }
+            | Event::Settled { lease, .. }
+            | Event::Journal { lease, .. } => *lease,
         }
     }
 }
@@ -426,6 +528,22 @@ pub enum DriverError {
     BadUrl(String),
     /// The API key cannot be sent as a header value (why; never the key).
     BadApiKey(&'static str),
+    /// The lease has no reservation to settle (its create never succeeded,
+    /// or has not yet).
+    NoReservation(LeaseHandle),
+    /// A settlement of this lease is already under way (or done).
+    AlreadySettling(LeaseHandle),
+    /// The driver knows no such lease (never started, or already settled).
+    UnknownLease(LeaseHandle),
+    /// The journal cannot be used (`kind` is a `JournalErrorKind` name:
+    /// `not_writable`, `symlink`, `no_space`, ..., or `unavailable` when
+    /// the crate was built without the `journal` feature).
+    Journal {
+        /// The journal error's kind.
+        kind: &'static str,
+        /// What failed (never the API key).
+        message: String,
+    },
 }
 
 impl fmt::Display for DriverError {
@@ -437,6 +555,15 @@ impl fmt::Display for DriverError {
                 write!(f, "base URL must start with http:// or https://: {u:?}")
             }
             DriverError::BadApiKey(why) => f.write_str(why),
+            DriverError::NoReservation(l) => {
+                write!(
+                    f,
+                    "{l} has no reservation to settle (its create did not succeed)"
+                )
+            }
+            DriverError::AlreadySettling(l) => write!(f, "{l} is already being settled"),
+            DriverError::UnknownLease(l) => write!(f, "no such lease: {l}"),
+            DriverError::Journal { kind, message } => write!(f, "journal {kind}: {message}"),
         }
     }
 }
@@ -567,10 +694,19 @@ impl PendingCreate {
 }
 
 pub(crate) enum Command {
-    Start(LeaseHandle, BaseUrl, Start),
+    Start(LeaseHandle, BaseUrl, Start, Option<Box<timer::LeaseExtra>>),
     Cancel(LeaseHandle),
     Done(timer::Completion),
     HoldSends(bool),
+    Settle(Box<timer::SettleRequest>),
+    Persisted(
+        LeaseHandle,
+        Box<crate::Settlement>,
+        Result<SettlementDecision, Error>,
+    ),
+    Finished(LeaseHandle, Box<crate::Settlement>, Option<String>),
+    Replayed(Result<jn::ReplayOut, String>),
+    Replay,
     Shutdown,
 }
 
@@ -578,11 +714,14 @@ pub(crate) enum Command {
 pub struct Driver {
     commands: Sender<Command>,
     timer: Option<JoinHandle<()>>,
-    next_lease: std::sync::atomic::AtomicU64,
+    next_lease: std::sync::Arc<std::sync::atomic::AtomicU64>,
     base: String,
     api_key: ApiKey,
     agent: ureq::Agent,
     finalize_timeout: Duration,
+    shutdown_flush: Duration,
+    pending: settle::PendingShared,
+    journal_dir: Option<std::path::PathBuf>,
     /// Base URLs shared by every lease on that server (one allocation each).
     bases: std::sync::Mutex<Bases>,
 }
@@ -612,15 +751,53 @@ impl fmt::Debug for Driver {
     }
 }
 
+#[cfg(feature = "journal")]
+fn open_journal(config: &DriverConfig, base: &str) -> Result<Option<jn::Jn>, DriverError> {
+    if !config.journal.enabled {
+        return Ok(None);
+    }
+    jn::Jn::open(&config.journal, base, config.api_key.expose())
+        .map(Some)
+        .map_err(|e| DriverError::Journal {
+            kind: e.kind().as_str(),
+            message: e.to_string(),
+        })
+}
+
+#[cfg(not(feature = "journal"))]
+fn open_journal(config: &DriverConfig, _base: &str) -> Result<Option<jn::Jn>, DriverError> {
+    if config.journal.enabled {
+        return Err(DriverError::Journal {
+            kind: "unavailable",
+            message: "leasebeat was built without the `journal` feature".into(),
+        });
+    }
+    Ok(None)
+}
+
 impl Driver {
     /// Starts the timer thread; returns the driver and the event channel.
+    ///
+    /// With the journal enabled ([`DriverConfig::journal`]) it opens the
+    /// partition first (errors: [`DriverError::Journal`]) and, unless told
+    /// not to, replays its records in the background: each is settled like
+    /// a new settlement (events [`Event::Settlement`] / [`Event::Settled`]
+    /// under a fresh lease handle) and the replay's findings arrive as
+    /// [`Event::Journal`].
     pub fn new(config: DriverConfig) -> Result<(Driver, Receiver<Event>), DriverError> {
         let base = check_base(&config.base_url)?.to_owned();
         config.api_key.check()?;
+        config.settle_retry.validate()?;
+        let journal = open_journal(&config, &base)?;
+        let journal_dir = journal.as_ref().map(jn::Jn::dir);
+        let replay = journal.is_some() && config.journal.replay_on_start;
         let (commands, command_rx) = mpsc::channel();
         let (events_tx, events) = mpsc::channel();
         let agent = http::agent(config.max_workers.max(1));
-        let state = timer::Timer::new(
+        let pending: settle::PendingShared = Default::default();
+        settle::pending_lock(&pending).replaying = replay;
+        let next_lease = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+        let mut state = timer::Timer::new(
             config.api_key.clone(),
             agent.clone(),
             config.max_workers.max(1),
@@ -629,6 +806,15 @@ impl Driver {
             command_rx,
             events_tx,
         );
+        state.configure_settlements(timer::SettleSetup {
+            journal: journal.map(std::sync::Arc::new),
+            retry: config.settle_retry,
+            budget_ms: config.finalize_timeout_ms.max(1),
+            base: BaseUrl::new(base.clone()),
+            pending: pending.clone(),
+            next_lease: next_lease.clone(),
+            replay,
+        });
         let timer = std::thread::Builder::new()
             .name("leasebeat-timer".into())
             .spawn(move || state.run())
@@ -637,15 +823,23 @@ impl Driver {
             Driver {
                 commands,
                 timer: Some(timer),
-                next_lease: std::sync::atomic::AtomicU64::new(1),
+                next_lease,
                 base,
                 api_key: config.api_key,
                 agent,
                 finalize_timeout: Duration::from_millis(config.finalize_timeout_ms.max(1)),
+                shutdown_flush: Duration::from_millis(config.shutdown_flush_ms),
+                pending,
+                journal_dir,
                 bases: std::sync::Mutex::new(Bases::default()),
             },
             events,
         ))
+    }
+
+    /// The journal's partition directory, when the journal is on.
+    pub fn journal_dir(&self) -> Option<&std::path::Path> {
+        self.journal_dir.as_deref()
     }
 
     /// Starts a heartbeat (create first) with random UUIDv4 keys, against
@@ -659,8 +853,27 @@ impl Driver {
     /// is left in the calling thread's allocator arena.
     ///
     /// `config.request_timeout_ms` must be finite: the driver enforces it.
+    /// The expired-commit fallback of its settlement takes `subject` and
+    /// `action` from `config.create_request`.
     pub fn start(&self, config: Config) -> Result<LeaseHandle, DriverError> {
         self.start_at(&self.base, config)
+    }
+
+    /// [`Driver::start`] with options: an event body (else the create's
+    /// subject and action) and the heartbeat failure policy (HP-1).
+    pub fn start_with(
+        &self,
+        config: Config,
+        options: LeaseOptions,
+    ) -> Result<LeaseHandle, DriverError> {
+        let base = check_base(&self.base)?.to_owned();
+        config.validate()?;
+        check_budget(config.request_timeout_ms)?;
+        self.send_start(
+            &base,
+            Start::Config(PendingCreate::new(config)),
+            timer::LeaseExtra::of(options),
+        )
     }
 
     /// Like [`Driver::start`], against another server.
@@ -668,7 +881,7 @@ impl Driver {
         let base = check_base(base_url)?;
         config.validate()?;
         check_budget(config.request_timeout_ms)?;
-        self.send_start(base, Start::Config(PendingCreate::new(config)))
+        self.send_start(base, Start::Config(PendingCreate::new(config)), None)
     }
 
     /// Runs an existing heartbeat, which must be waiting to send (e.g. a
@@ -677,12 +890,35 @@ impl Driver {
         self.start_heartbeat_at(&self.base, hb)
     }
 
+    /// [`Driver::start_heartbeat`] with options: for an adopted reservation
+    /// ([`Heartbeat::for_reservation`]) `options.event` gives the subject and
+    /// action the expired-commit fallback needs (without it a 410 ends the
+    /// settlement `expired_unrecorded`, the record kept); the failure policy
+    /// (HP-1).
+    pub fn start_heartbeat_with(
+        &self,
+        hb: Heartbeat,
+        options: LeaseOptions,
+    ) -> Result<LeaseHandle, DriverError> {
+        let base = self.base.clone();
+        self.start_heartbeat_inner(&base, hb, timer::LeaseExtra::of(options))
+    }
+
     /// Like [`Driver::start_heartbeat`], against another server: one driver
     /// can run leases on many servers (same API key).
     pub fn start_heartbeat_at(
         &self,
         base_url: &str,
         hb: Heartbeat,
+    ) -> Result<LeaseHandle, DriverError> {
+        self.start_heartbeat_inner(base_url, hb, None)
+    }
+
+    fn start_heartbeat_inner(
+        &self,
+        base_url: &str,
+        hb: Heartbeat,
+        extra: Option<Box<timer::LeaseExtra>>,
     ) -> Result<LeaseHandle, DriverError> {
         let base = check_base(base_url)?;
         check_budget(hb.config().request_timeout_ms)?;
@@ -701,45 +937,160 @@ impl Driver {
                 )));
             }
         }
-        self.send_start(base, Start::Heartbeat(Box::new(hb)))
+        self.send_start(base, Start::Heartbeat(Box::new(hb)), extra)
     }
 
-    fn send_start(&self, base: &str, start: Start) -> Result<LeaseHandle, DriverError> {
-        let lease = LeaseHandle(
-            self.next_lease
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        );
+    fn send_start(
+        &self,
+        base: &str,
+        start: Start,
+        extra: Option<Box<timer::LeaseExtra>>,
+    ) -> Result<LeaseHandle, DriverError> {
+        let lease = self.new_handle();
         let base: BaseUrl = match self.bases.lock() {
             Ok(mut bases) => bases.intern(base),
             Err(_) => BaseUrl::new(base.to_owned()),
         };
         self.commands
-            .send(Command::Start(lease, base, start))
+            .send(Command::Start(lease, base, start, extra))
             .map_err(|_| DriverError::ShutDown)?;
         Ok(lease)
     }
 
+    fn new_handle(&self) -> LeaseHandle {
+        LeaseHandle(
+            self.next_lease
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
     /// Cancels one lease: its `cancelled` decision and `Stopped` event follow
-    /// on the channel (nothing, if it had already stopped). Does not release
-    /// the reservation: see [`Driver::release`].
+    /// on the channel (nothing, if it had already stopped). Does not settle
+    /// the reservation: see [`Driver::commit`] and [`Driver::release`].
     pub fn cancel(&self, lease: LeaseHandle) -> Result<(), DriverError> {
         self.commands
             .send(Command::Cancel(lease))
             .map_err(|_| DriverError::ShutDown)
     }
 
-    /// `POST {base}/v1/reservations/{id}/release` with a fresh key, now, on
-    /// the calling thread (bounded by `finalize_timeout_ms`).
+    /// Commits the lease's usage through a settlement (ST-1..ST-11): the
+    /// record is journaled before the first commit leaves (J-1), the commit
+    /// is retried with its one key as the settlement decides (delays,
+    /// `Retry-After`, the event fallback after a 410 `RESERVATION_EXPIRED`
+    /// with the create's or the given subject and action), and the record is
+    /// removed or kept at the end (J-5). The lease's heartbeat keeps running
+    /// until a decision says `stop_heartbeat` (ST-11), then stops
+    /// (`cancelled`). Works after the heartbeat stopped too (after
+    /// `expired` the server may still be within its grace: the answer is
+    /// reported). [`Usage::unknown`]: nothing is sent, outcome `no_actual`.
+    ///
+    /// Returns at once; the decisions arrive as [`Event::Settlement`], the
+    /// end as [`Event::Settled`] and through [`Settling::wait`].
+    ///
+    /// Errors: [`DriverError::Core`] (`invalid_config`: a bad body),
+    /// [`DriverError::NoReservation`], [`DriverError::AlreadySettling`],
+    /// [`DriverError::UnknownLease`], [`DriverError::ShutDown`].
+    pub fn commit(&self, lease: LeaseHandle, usage: Usage) -> Result<Settling, DriverError> {
+        self.settle(
+            timer::SettleTarget::Lease(lease),
+            timer::SettleKind::Commit { usage, event: None },
+        )
+    }
+
+    /// Releases the lease's reservation through a settlement (work that
+    /// used nothing): one key, retried, not journaled; stops the heartbeat
+    /// at its end.
     pub fn release(
+        &self,
+        lease: LeaseHandle,
+        reason: Option<&str>,
+    ) -> Result<Settling, DriverError> {
+        self.settle(
+            timer::SettleTarget::Lease(lease),
+            timer::SettleKind::Release {
+                reason: reason.map(str::to_owned),
+            },
+        )
+    }
+
+    /// Commits a reservation the driver does not heartbeat (held elsewhere),
+    /// on the configured server; `event` enables the expired fallback.
+    pub fn commit_reservation(
+        &self,
+        reservation_id: &str,
+        usage: Usage,
+        event: Option<EventBody>,
+    ) -> Result<Settling, DriverError> {
+        self.settle(
+            timer::SettleTarget::Reservation(self.new_handle(), reservation_id.to_owned()),
+            timer::SettleKind::Commit { usage, event },
+        )
+    }
+
+    /// Releases a reservation the driver does not heartbeat.
+    pub fn release_reservation(
         &self,
         reservation_id: &str,
         reason: Option<&str>,
-    ) -> Result<Response, TransportFailure> {
-        self.release_at(&self.base, reservation_id, reason)
+    ) -> Result<Settling, DriverError> {
+        self.settle(
+            timer::SettleTarget::Reservation(self.new_handle(), reservation_id.to_owned()),
+            timer::SettleKind::Release {
+                reason: reason.map(str::to_owned),
+            },
+        )
     }
 
-    /// [`Driver::release`] on another server.
-    pub fn release_at(
+    fn settle(
+        &self,
+        target: timer::SettleTarget,
+        kind: timer::SettleKind,
+    ) -> Result<Settling, DriverError> {
+        let (ack_tx, ack_rx) = mpsc::channel();
+        let (result_tx, result_rx) = mpsc::channel();
+        self.commands
+            .send(Command::Settle(Box::new(timer::SettleRequest {
+                target,
+                kind,
+                ack: ack_tx,
+                result: result_tx,
+            })))
+            .map_err(|_| DriverError::ShutDown)?;
+        let lease = ack_rx.recv().map_err(|_| DriverError::ShutDown)??;
+        Ok(Settling {
+            lease,
+            rx: result_rx,
+        })
+    }
+
+    /// Replays the journal's partition now (as at start): every record not
+    /// claimed elsewhere is settled in the background.
+    pub fn replay(&self) -> Result<(), DriverError> {
+        if self.journal_dir.is_none() {
+            return Err(DriverError::Journal {
+                kind: "disabled",
+                message: "the driver has no journal".into(),
+            });
+        }
+        settle::pending_lock(&self.pending).replaying = true;
+        self.commands
+            .send(Command::Replay)
+            .map_err(|_| DriverError::ShutDown)
+    }
+
+    /// Waits at most `timeout` until every settlement in progress has ended
+    /// (and a replay under way is done) (J-7). What is unresolved then stays
+    /// in the journal and is listed in the report.
+    pub fn flush(&self, timeout: Duration) -> FlushReport {
+        settle::flush(&self.pending, timeout)
+    }
+
+    /// A single-attempt release on another server (one request, a fresh key, no retry,
+    /// nothing journaled), for `leasebeat demo`'s many servers only: not an API. A lease is
+    /// released with [`Driver::release`], a reservation with
+    /// [`Driver::release_reservation`].
+    #[doc(hidden)]
+    pub fn release_once_at(
         &self,
         base_url: &str,
         reservation_id: &str,
@@ -750,19 +1101,6 @@ impl Driver {
             body.insert("reason".into(), Value::from(r));
         }
         self.finalize(base_url, reservation_id, "release", body)
-    }
-
-    /// `POST {base}/v1/reservations/{id}/commit` with `actual` (an Amount
-    /// object) and a fresh key, on the calling thread.
-    pub fn commit(
-        &self,
-        reservation_id: &str,
-        actual: Value,
-    ) -> Result<Response, TransportFailure> {
-        let mut body = Map::new();
-        body.insert("actual".into(), actual);
-        let base = self.base.clone();
-        self.finalize(&base, reservation_id, "commit", body)
     }
 
     fn finalize(
@@ -806,10 +1144,15 @@ impl Driver {
             .map_err(|_| DriverError::ShutDown)
     }
 
-    /// Cancels every lease (each gets its `cancelled` decision and `Stopped`
-    /// event), then joins the timer thread and every worker.
-    pub fn shutdown(mut self) {
+    /// Flushes (at most [`DriverConfig::shutdown_flush_ms`], J-7), then
+    /// cancels every lease (each gets its `cancelled` decision and `Stopped`
+    /// event) and joins the timer thread and every worker. Settlements
+    /// still unresolved stop where they are; their records stay in the
+    /// journal for the next replay. Returns the flush's report.
+    pub fn shutdown(mut self) -> FlushReport {
+        let report = self.flush(self.shutdown_flush);
         self.stop_threads();
+        report
     }
 
     fn stop_threads(&mut self) {
@@ -920,11 +1263,17 @@ impl Client {
 mod tests {
     use super::*;
 
+    fn test_config(url: impl Into<String>, key: ApiKey) -> DriverConfig {
+        let mut c = DriverConfig::new(url, key);
+        c.journal = JournalOptions::disabled();
+        c
+    }
+
     #[test]
     fn api_key_is_redacted() {
         let key = ApiKey::new("sekrit-123");
         assert_eq!(format!("{key:?}"), "ApiKey(<redacted>)");
-        let config = DriverConfig::new("http://127.0.0.1:1", key);
+        let config = test_config("http://127.0.0.1:1", key);
         assert!(!format!("{config:?}").contains("sekrit"));
         let (driver, _events) = Driver::new(config).unwrap();
         assert!(!format!("{driver:?}").contains("sekrit"));
@@ -941,7 +1290,7 @@ mod tests {
             " sekrit",
             "",
         ] {
-            let err = Driver::new(DriverConfig::new("http://127.0.0.1:1", ApiKey::new(key)))
+            let err = Driver::new(test_config("http://127.0.0.1:1", ApiKey::new(key)))
                 .map(|_| ())
                 .unwrap_err();
             assert!(matches!(err, DriverError::BadApiKey(_)), "{key:?}");
@@ -997,11 +1346,11 @@ mod tests {
     #[test]
     fn refuses_bad_urls_and_unbounded_budgets() {
         assert!(matches!(
-            Driver::new(DriverConfig::new("ftp://x", ApiKey::new("k"))),
+            Driver::new(test_config("ftp://x", ApiKey::new("k"))),
             Err(DriverError::BadUrl(_))
         ));
         let (driver, _events) =
-            Driver::new(DriverConfig::new("http://127.0.0.1:1", ApiKey::new("k"))).unwrap();
+            Driver::new(test_config("http://127.0.0.1:1", ApiKey::new("k"))).unwrap();
         let err = driver.start(Config::new(60_000, None)).unwrap_err();
         assert!(matches!(err, DriverError::Core(e) if e.kind() == ErrorKind::InvalidConfig));
         driver.shutdown();
@@ -1045,7 +1394,7 @@ mod tests {
     #[test]
     fn leases_cancelled_before_their_create_goes_out_stop_cancelled() {
         let (driver, events) =
-            Driver::new(DriverConfig::new("http://127.0.0.1:1", ApiKey::new("k"))).unwrap();
+            Driver::new(test_config("http://127.0.0.1:1", ApiKey::new("k"))).unwrap();
         driver.hold_sends_for_testing(true).unwrap();
         let first = driver.start(Config::new(60_000, Some(1_000))).unwrap();
         let second = driver.start(Config::new(60_000, Some(1_000))).unwrap();
@@ -1075,6 +1424,7 @@ mod tests {
                 }
                 Event::Error { error, .. } => panic!("{error}"),
                 Event::Jeopardy { .. } => panic!("no lease had a proven lead"),
+                _ => {}
             }
         }
         assert_eq!(
@@ -1096,7 +1446,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let (driver, events) = Driver::new(DriverConfig::new(
+        let (driver, events) = Driver::new(test_config(
             format!("http://127.0.0.1:{port}"),
             ApiKey::new("k"),
         ))
@@ -1116,7 +1466,7 @@ mod tests {
                     break reason;
                 }
                 Event::Error { error, .. } => panic!("{error}"),
-                Event::Jeopardy { .. } => {}
+                _ => {}
             }
         };
         assert_eq!(reason, StopReason::CreateFailed);

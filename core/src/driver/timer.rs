@@ -30,13 +30,19 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::jn::{Jn, ReplayOut};
+use super::settle::{
+    self, Disposition, EventBody, FailurePolicy, HeartbeatFailure, LeaseOptions, PendingShared,
+    SettleAttemptReport, SettleResult, Usage,
+};
 use super::{
-    ApiKey, AttemptReport, BaseUrl, Command, Event, JeopardyReason, LeaseHandle, Outcome,
-    PendingCreate, Start, clock, http,
+    ApiKey, AttemptReport, BaseUrl, Command, DriverError, Event, JeopardyReason, LeaseHandle,
+    Outcome, PendingCreate, Start, clock, http,
 };
 use crate::{
-    Action, AttemptKind, Decision, ErrorKind, Heartbeat, KeyUse, Next, Num, OutcomeClass, Response,
-    TransportFailure,
+    Action, AttemptKind, Decision, ErrorKind, Heartbeat, KeyUse, Next, Now, Num, OutcomeClass,
+    RecordUpdate, Response, RetryPolicy, Settlement, SettlementAction, SettlementConfig,
+    SettlementDecision, StopReason, TransportFailure,
 };
 
 const MIN_TIMER_SLACK_NS: u64 = 200_000;
@@ -63,15 +69,27 @@ pub(crate) struct Completion {
     attempt_id: u64,
     result: Result<Response, TransportFailure>,
     observed_ns: u64,
+    /// The attempt was a settlement's (not a beat's).
+    settle: bool,
 }
 
-struct Job {
+struct HttpJob {
     lease: LeaseHandle,
     attempt_id: u64,
     url: String,
     key: String,
     body: Vec<u8>,
     deadline_ns: u64,
+    settle: bool,
+}
+
+/// Work for the pool: an HTTP exchange, or a journal call (which blocks on
+/// fsync and so never runs on the timer thread).
+enum Job {
+    Http(HttpJob),
+    Persist(LeaseHandle, Box<Settlement>),
+    Finish(LeaseHandle, Box<Settlement>),
+    Replay(RetryPolicy),
 }
 
 struct Pool {
@@ -83,6 +101,7 @@ struct Pool {
     agent: ureq::Agent,
     api_key: ApiKey,
     done: Sender<Command>,
+    journal: Option<Arc<Jn>>,
 }
 
 impl Pool {
@@ -102,11 +121,12 @@ impl Pool {
         let agent = self.agent.clone();
         let api_key = self.api_key.clone();
         let done = self.done.clone();
+        let journal = self.journal.clone();
         let n = self.workers.len();
         let spawned = std::thread::Builder::new()
             .name(format!("leasebeat-worker-{n}"))
             .stack_size(256 * 1024)
-            .spawn(move || worker(&queue, &idle, &agent, &api_key, &done));
+            .spawn(move || worker(&queue, &idle, &agent, &api_key, &done, journal.as_deref()));
         match spawned {
             Ok(h) => self.workers.push(h),
             Err(e) => {
@@ -129,6 +149,7 @@ fn worker(
     agent: &ureq::Agent,
     api_key: &ApiKey,
     done: &Sender<Command>,
+    journal: Option<&Jn>,
 ) {
     loop {
         idle.fetch_add(1, Ordering::SeqCst);
@@ -140,7 +161,31 @@ fn worker(
             rx.recv()
         };
         idle.fetch_sub(1, Ordering::SeqCst);
-        let Ok(job) = job else { return };
+        let job = match job {
+            Ok(Job::Http(job)) => job,
+            Ok(Job::Persist(lease, mut s)) => {
+                let result = match journal {
+                    Some(j) => j.persist(&mut s, clock::now_ns()),
+                    None => s.handle_persisted(clock::now_ns()),
+                };
+                let _ = done.send(Command::Persisted(lease, s, result));
+                continue;
+            }
+            Ok(Job::Finish(lease, s)) => {
+                let error = journal.and_then(|j| j.finish(&s).err());
+                let _ = done.send(Command::Finished(lease, s, error));
+                continue;
+            }
+            Ok(Job::Replay(retry)) => {
+                let result = match journal {
+                    Some(j) => j.replay(retry, Now::new(clock::now_ns(), settle::wall_ms())),
+                    None => Err("the driver has no journal".to_owned()),
+                };
+                let _ = done.send(Command::Replayed(result));
+                continue;
+            }
+            Err(_) => return,
+        };
         let now = clock::now_ns();
         let (result, observed_ns) = if now >= job.deadline_ns {
             // Queued past its deadline (every worker busy): a timeout.
@@ -161,6 +206,7 @@ fn worker(
             attempt_id: job.attempt_id,
             result,
             observed_ns,
+            settle: job.settle,
         };
         // The timer may be gone (shutdown): the outcome is then moot.
         let _ = done.send(Command::Done(completion));
@@ -205,6 +251,92 @@ struct Slot {
     /// it surfaces early (see `Timer::queue_proven`). [`NOT_QUEUED`] when
     /// there is none.
     proven_queued_ns: u64,
+}
+
+/// A lease's options beyond the defaults (allocated only when given).
+pub(crate) struct LeaseExtra {
+    event: Option<EventBody>,
+    policy: FailurePolicy,
+}
+
+impl LeaseExtra {
+    pub(crate) fn of(o: LeaseOptions) -> Option<Box<LeaseExtra>> {
+        if o.event.is_none() && matches!(o.policy, FailurePolicy::Warn) {
+            return None;
+        }
+        Some(Box::new(LeaseExtra {
+            event: o.event,
+            policy: o.policy,
+        }))
+    }
+}
+
+/// What the driver keeps of a stopped lease with a reservation, so that
+/// it can still be settled.
+struct EndedLease {
+    reservation_id: String,
+    base: BaseUrl,
+    event: Option<EventBody>,
+    /// The heartbeat's stop, when the policy is `fail_on_finalize`.
+    failure: Option<HeartbeatFailure>,
+    fail_on_finalize: bool,
+}
+
+/// Who a settlement request is for.
+pub(crate) enum SettleTarget {
+    /// A lease of this driver (running or stopped).
+    Lease(LeaseHandle),
+    /// A reservation held elsewhere, under this fresh handle.
+    Reservation(LeaseHandle, String),
+}
+
+/// What a settlement request does.
+pub(crate) enum SettleKind {
+    Commit {
+        usage: Usage,
+        event: Option<EventBody>,
+    },
+    Release {
+        reason: Option<String>,
+    },
+}
+
+pub(crate) struct SettleRequest {
+    pub(crate) target: SettleTarget,
+    pub(crate) kind: SettleKind,
+    pub(crate) ack: Sender<Result<LeaseHandle, DriverError>>,
+    pub(crate) result: Sender<SettleResult>,
+}
+
+/// The settlement settings of a driver.
+pub(crate) struct SettleSetup {
+    pub(crate) journal: Option<Arc<Jn>>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) budget_ms: u64,
+    pub(crate) base: BaseUrl,
+    pub(crate) pending: PendingShared,
+    pub(crate) next_lease: Arc<std::sync::atomic::AtomicU64>,
+    pub(crate) replay: bool,
+}
+
+/// One settlement in progress.
+struct SettleSlot {
+    /// `None` while a worker holds it (persist, finish).
+    s: Option<Box<Settlement>>,
+    reservation_id: String,
+    base: BaseUrl,
+    /// The lease's heartbeat may still run: stop it on `stop_heartbeat`.
+    heartbeat: bool,
+    fail_on_finalize: bool,
+    hb_failure: Option<HeartbeatFailure>,
+    journaled: bool,
+    replayed: bool,
+    decisions: Vec<SettlementDecision>,
+    reply: Option<Sender<SettleResult>>,
+    last_ns: u64,
+    /// The attempt in flight.
+    sent: Option<SettleAttemptReport>,
+    journal_error: Option<String>,
 }
 
 impl Slot {
@@ -283,7 +415,7 @@ pub(crate) struct Timer {
     /// create body come from this thread's allocator arena; built by the
     /// caller while the creates queue up, 100,000 of them left the caller's
     /// arena holding tens of MB of freed pages.
-    pending: HashMap<LeaseHandle, (BaseUrl, PendingCreate)>,
+    pending: HashMap<LeaseHandle, (BaseUrl, PendingCreate, Option<Box<LeaseExtra>>)>,
     /// Sends deferred by the test hold (see `Command::HoldSends`).
     held: Vec<(LeaseHandle, u32)>,
     hold: bool,
@@ -294,6 +426,18 @@ pub(crate) struct Timer {
     /// When the slack next decays (driver clock, ns).
     slack_decay_at_ns: u64,
     max_wait: Duration,
+    /// Lease options other than the defaults (event body, HP-1 policy), by
+    /// lease: kept beside the slots, so a slot stays small.
+    extras: HashMap<LeaseHandle, Box<LeaseExtra>>,
+    /// Event bodies shared by the leases that have the same one (at most 64).
+    event_bodies: Vec<EventBody>,
+    /// Settlements in progress, by lease.
+    settles: HashMap<LeaseHandle, Box<SettleSlot>>,
+    /// Due settlement attempts: (due ns, lease, attempt id).
+    settle_due: BinaryHeap<Reverse<(u64, u64, u64)>>,
+    /// Stopped leases with a reservation, not settled yet.
+    ended: HashMap<LeaseHandle, EndedLease>,
+    setup: Option<SettleSetup>,
 }
 
 /// Percent-encodes a path segment (everything but RFC 3986 unreserved).
@@ -354,10 +498,38 @@ impl Timer {
                 agent,
                 api_key,
                 done,
+                journal: None,
             },
             slack_ns: INITIAL_TIMER_SLACK_NS,
             slack_decay_at_ns: 0,
             max_wait: Duration::from_millis(max_wait_ms),
+            extras: HashMap::new(),
+            event_bodies: Vec::new(),
+            settles: HashMap::new(),
+            settle_due: BinaryHeap::new(),
+            ended: HashMap::new(),
+            setup: None,
+        }
+    }
+
+    /// One shared copy of an event body (leases of one kind of work share it).
+    fn intern_event(&mut self, body: EventBody) -> EventBody {
+        if let Some(b) = self.event_bodies.iter().find(|b| b.0 == body.0) {
+            return b.clone();
+        }
+        if self.event_bodies.len() < 64 {
+            self.event_bodies.push(body.clone());
+        }
+        body
+    }
+
+    /// Takes the settlement settings; queues the start replay.
+    pub(crate) fn configure_settlements(&mut self, setup: SettleSetup) {
+        self.pool.journal = setup.journal.clone();
+        let replay = setup.replay.then_some(setup.retry);
+        self.setup = Some(setup);
+        if let Some(retry) = replay {
+            self.submit_side(Job::Replay(retry));
         }
     }
 
@@ -369,7 +541,8 @@ impl Timer {
         let create =
             (!self.creates.is_empty() && !self.hold && self.outstanding < self.max_workers)
                 .then_some(0);
-        [beat, watch, create].into_iter().flatten().min()
+        let settle = self.settle_due.peek().map(|Reverse((t, _, _))| *t);
+        [beat, watch, create, settle].into_iter().flatten().min()
     }
 
     /// When the earliest beat entry fires: its due time minus the slack,
@@ -391,6 +564,10 @@ impl Timer {
     /// watch is due at `now`.
     fn something_due(&self, now: u64) -> bool {
         self.beat_fire_at().is_some_and(|t| t <= now)
+            || self
+                .settle_due
+                .peek()
+                .is_some_and(|Reverse((t, _, _))| *t <= now)
             || self
                 .watches
                 .peek()
@@ -458,22 +635,51 @@ impl Timer {
             self.cancel(lease);
         }
         self.pool.join();
+        // Settlements still under way stop here: their records stay in the
+        // journal (the next replay settles them); their waiters get `None`.
+        if let Some(setup) = &self.setup {
+            let mut p = settle::pending_lock(&setup.pending);
+            p.ids.clear();
+            p.replaying = false;
+            drop(p);
+            setup.pending.1.notify_all();
+        }
+        if let Some(j) = self.setup.as_ref().and_then(|s| s.journal.as_ref()) {
+            for slot in self.settles.values() {
+                j.release_claim(&slot.reservation_id);
+            }
+        }
+        self.settles.clear();
     }
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Start(lease, base, Start::Heartbeat(hb)) => {
-                self.install(lease, base, *hb, true);
+            Command::Start(lease, base, Start::Heartbeat(hb), extra) => {
+                self.install(lease, base, *hb, true, extra);
             }
-            Command::Start(lease, base, Start::Config(config)) => {
+            Command::Start(lease, base, Start::Config(config), extra) => {
                 tracing::debug!(target: "leasebeat::driver", %lease, "start (queued)");
-                self.pending.insert(lease, (base, config.relocated()));
+                self.pending
+                    .insert(lease, (base, config.relocated(), extra));
                 self.creates.push_back((lease, 0));
+            }
+            Command::Settle(req) => self.start_settle(*req),
+            Command::Persisted(lease, s, result) => self.persisted(lease, s, result),
+            Command::Finished(lease, s, error) => self.finished(lease, s, error),
+            Command::Replayed(result) => self.replayed(result),
+            Command::Replay => {
+                if let Some(retry) = self.setup.as_ref().map(|s| s.retry) {
+                    self.submit_side(Job::Replay(retry));
+                }
             }
             Command::Cancel(lease) => self.cancel(lease),
             Command::Done(c) => {
                 self.outstanding = self.outstanding.saturating_sub(1);
-                self.complete(c);
+                if c.settle {
+                    self.settle_complete(c);
+                } else {
+                    self.complete(c);
+                }
             }
             Command::HoldSends(hold) => {
                 self.hold = hold;
@@ -492,7 +698,14 @@ impl Timer {
     /// adopted create's decision seeds, and its first send, queued (`queue`)
     /// or armed for the caller to dispatch at once (a create built when its
     /// turn came).
-    fn install(&mut self, lease: LeaseHandle, base: BaseUrl, hb: Heartbeat, queue: bool) {
+    fn install(
+        &mut self,
+        lease: LeaseHandle,
+        base: BaseUrl,
+        hb: Heartbeat,
+        queue: bool,
+        extra: Option<Box<LeaseExtra>>,
+    ) {
         tracing::debug!(target: "leasebeat::driver", %lease, "start");
         // A heartbeat that has not decided yet (a create, or the first
         // extension of an adopted reservation) asks for its first send "at
@@ -516,6 +729,9 @@ impl Timer {
             .filter(|d| d.stop_reason().is_none())
             .map(|d| (d.outcome == OutcomeClass::Success, d.proven_until_ns));
         let mut slot = Box::new(Slot::new(base, hb, due_ns.unwrap_or(u64::MAX)));
+        if let Some(extra) = extra {
+            self.extras.insert(lease, extra);
+        }
         let armed = seed.and_then(|(success, proven)| slot.rearm_proven(success, proven));
         self.leases.insert(lease, slot);
         if let Some((at, _)) = armed {
@@ -532,10 +748,16 @@ impl Timer {
     /// Builds the heartbeat of a lease started from a configuration (checked
     /// by `Driver::start`), with its first send armed, not queued. False
     /// (reported as an error and a stop) if the core refused it anyway.
-    fn build(&mut self, lease: LeaseHandle, base: BaseUrl, config: PendingCreate) -> bool {
+    fn build(
+        &mut self,
+        lease: LeaseHandle,
+        base: BaseUrl,
+        config: PendingCreate,
+        extra: Option<Box<LeaseExtra>>,
+    ) -> bool {
         match config.into_config().and_then(Heartbeat::new) {
             Ok(hb) => {
-                self.install(lease, base, hb, false);
+                self.install(lease, base, hb, false, extra);
                 true
             }
             Err(error) => {
@@ -638,13 +860,21 @@ impl Timer {
             }
             self.dispatch(lease);
         }
+        // Settlement attempts that fell due (known usage: never shed).
+        while let Some(Reverse((t, lease, attempt_id))) = self.settle_due.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.settle_due.pop();
+            self.settle_send(LeaseHandle(lease), attempt_id);
+        }
         // Then new work, only while the pool keeps up.
         while !self.hold && self.outstanding < self.max_workers {
             let Some((lease, generation)) = self.creates.pop_front() else {
                 break;
             };
-            if let Some((base, config)) = self.pending.remove(&lease) {
-                if self.build(lease, base, config) {
+            if let Some((base, config, extra)) = self.pending.remove(&lease) {
+                if self.build(lease, base, config, extra) {
                     self.dispatch(lease);
                 }
                 continue;
@@ -821,23 +1051,25 @@ impl Timer {
             reservation_id = slot.hb.reservation_id().unwrap_or(""),
             attempt = attempt.id, kind = attempt.kind.as_str(),
             key_use = attempt.key_use.as_str(), "send");
-        let job = Job {
+        let job = Job::Http(HttpJob {
             lease,
             attempt_id: attempt.id,
             url,
             key: attempt.key,
             body: attempt.body,
             deadline_ns,
-        };
+            settle: false,
+        });
         self.outstanding += 1;
-        if let Err(job) = self.pool.submit(job) {
+        if self.pool.submit(job).is_err() {
             // No pool (cannot happen before shutdown): report a failure.
             self.outstanding -= 1;
             self.complete(Completion {
                 lease,
-                attempt_id: job.attempt_id,
+                attempt_id: attempt.id,
                 result: Err(TransportFailure::Reset),
                 observed_ns: clock::now_ns(),
+                settle: false,
             });
         }
     }
@@ -867,6 +1099,19 @@ impl Timer {
             }),
             _ => None,
         };
+        // The create's subject and action, for the settlement's event
+        // fallback: the heartbeat drops its create members once the create
+        // succeeds, so they are read here, while it is outstanding.
+        let create_members = match (&report, &c.result) {
+            (Some(r), Ok(resp))
+                if r.kind == AttemptKind::Create
+                    && resp.status / 100 == 2
+                    && self.extras.get(&c.lease).is_none_or(|e| e.event.is_none()) =>
+            {
+                slot.hb.create_request()
+            }
+            _ => None,
+        };
         let result = match c.result {
             Ok(response) => slot.hb.handle_response(c.attempt_id, response, observed),
             Err(failure) => slot.hb.handle_failure(c.attempt_id, failure, observed),
@@ -874,6 +1119,22 @@ impl Timer {
         match result {
             Ok(decision) => {
                 slot.in_flight = false;
+                if let Some(members) = create_members {
+                    if decision.reservation_id.is_some() {
+                        if let Some(body) = EventBody::from_create(&members) {
+                            let body = self.intern_event(body);
+                            self.extras
+                                .entry(c.lease)
+                                .or_insert_with(|| {
+                                    Box::new(LeaseExtra {
+                                        event: None,
+                                        policy: FailurePolicy::Warn,
+                                    })
+                                })
+                                .event = Some(body);
+                        }
+                    }
+                }
                 self.emit(c.lease, report, outcome, observed, decision);
             }
             Err(e) => match e.kind() {
@@ -909,8 +1170,8 @@ impl Timer {
         // A lease whose create has not gone out: built now, so that its
         // cancel is reported like any other (a `cancelled` decision, then
         // the stop); its place in `creates` is skipped when it surfaces.
-        if let Some((base, config)) = self.pending.remove(&lease) {
-            if !self.build(lease, base, config) {
+        if let Some((base, config, extra)) = self.pending.remove(&lease) {
+            if !self.build(lease, base, config, extra) {
                 return;
             }
         }
@@ -985,6 +1246,28 @@ impl Timer {
                 }
             }
         }
+        // HP-1: a failed attempt, or a stop that is not a cancel.
+        let failed = !matches!(
+            decision.outcome,
+            OutcomeClass::Success | OutcomeClass::Cancelled
+        ) || stop.is_some_and(|r| r != StopReason::Cancelled);
+        let failure = failed.then(|| HeartbeatFailure {
+            lease,
+            reservation_id: reservation_id.clone(),
+            outcome: outcome.clone(),
+            class: decision.outcome.as_str(),
+            disposition: match decision.next {
+                Next::Stop(r) => Disposition::Stop(r),
+                Next::Send(_) if decision.key == Some(KeyUse::Same) => Disposition::Retry {
+                    at_ns: decision.at_ns.unwrap_or(u64::MAX),
+                },
+                Next::Send(_) => Disposition::Continue {
+                    at_ns: decision.at_ns.unwrap_or(u64::MAX),
+                },
+            },
+            detail: decision.detail.clone(),
+            at_ns: observed_ns,
+        });
         let _ = self.events.send(Event::Decision {
             lease,
             reservation_id: reservation_id.clone(),
@@ -993,8 +1276,19 @@ impl Timer {
             observed_ns,
             decision: Box::new(decision),
         });
+        if let Some(f) = &failure {
+            tracing::warn!(target: "leasebeat::driver", %lease,
+                reservation_id = reservation_id.as_deref().unwrap_or(""),
+                failure = %f, "heartbeat_failure");
+            let _ = self.events.send(Event::HeartbeatFailure {
+                lease,
+                failure: f.clone(),
+            });
+        }
         if let Some(reason) = stop {
-            self.leases.remove(&lease);
+            let slot = self.leases.remove(&lease);
+            let stop_failure = failure.filter(|_| reason != StopReason::Cancelled);
+            self.stopped(lease, slot, stop_failure);
             tracing::info!(target: "leasebeat::driver", %lease,
                 reservation_id = reservation_id.as_deref().unwrap_or(""),
                 reason = reason.as_str(), "stopped");
@@ -1004,6 +1298,542 @@ impl Timer {
                 reason,
                 at_ns: observed_ns,
             });
+        }
+    }
+}
+
+/// Settlements on the timer thread: each is a core [`Settlement`] driven
+/// like a heartbeat (due times from its decisions, HTTP on the pool), its
+/// journal calls (persist, finish, replay) on the pool too.
+impl Timer {
+    /// Hands a journal job or a replay to the pool (never counted as an
+    /// outstanding attempt).
+    fn submit_side(&mut self, job: Job) {
+        if let Err(job) = self.pool.submit(job) {
+            // No pool (cannot happen before shutdown).
+            match job {
+                Job::Persist(lease, mut s) => {
+                    let r = s.handle_persist_failed("the driver is shutting down", clock::now_ns());
+                    self.persisted(lease, s, r);
+                }
+                Job::Finish(lease, s) => self.finished(lease, s, Some("shutting down".into())),
+                Job::Replay(_) => self.replayed(Err("the driver is shutting down".into())),
+                Job::Http(_) => {}
+            }
+        }
+    }
+
+    /// What the lease's stop leaves: HP-1 for a failure, the settlement
+    /// told, and the lease remembered for a later settlement.
+    fn stopped(
+        &mut self,
+        lease: LeaseHandle,
+        slot: Option<Box<Slot>>,
+        failure: Option<HeartbeatFailure>,
+    ) {
+        let extra = self.extras.remove(&lease);
+        let Some(slot) = slot else { return };
+        let policy = extra.as_ref().map(|e| &e.policy);
+        if let (Some(f), Some(FailurePolicy::Cancel(c))) = (&failure, policy) {
+            c.fire(f);
+        }
+        let fail_on_finalize = matches!(policy, Some(FailurePolicy::FailOnFinalize));
+        if let Some(ss) = self.settles.get_mut(&lease) {
+            ss.heartbeat = false;
+            if ss.fail_on_finalize && ss.hb_failure.is_none() {
+                ss.hb_failure = failure;
+            }
+            return;
+        }
+        let Some(reservation_id) = slot.hb.reservation_id().map(str::to_owned) else {
+            return;
+        };
+        let event = extra.as_ref().and_then(|e| e.event.clone());
+        self.ended.insert(
+            lease,
+            EndedLease {
+                reservation_id,
+                base: slot.base.clone(),
+                event,
+                failure: failure.filter(|_| fail_on_finalize),
+                fail_on_finalize,
+            },
+        );
+    }
+
+    fn start_settle(&mut self, req: SettleRequest) {
+        let SettleRequest {
+            target,
+            kind,
+            ack,
+            result,
+        } = req;
+        let Some(setup) = self.setup.as_ref() else {
+            let _ = ack.send(Err(DriverError::ShutDown));
+            return;
+        };
+        let journal = setup.journal.is_some();
+        let retry = setup.retry;
+        // Who: the reservation, its server, its event body, HP-1.
+        let from_lease = matches!(target, SettleTarget::Lease(_));
+        let (lease, reservation_id, base, default_event, heartbeat, fail_on_finalize, hb_failure) =
+            match target {
+                SettleTarget::Lease(lease) => {
+                    if self.settles.contains_key(&lease) {
+                        let _ = ack.send(Err(DriverError::AlreadySettling(lease)));
+                        return;
+                    }
+                    if let Some(slot) = self.leases.get(&lease) {
+                        let Some(id) = slot.hb.reservation_id() else {
+                            let _ = ack.send(Err(DriverError::NoReservation(lease)));
+                            return;
+                        };
+                        let extra = self.extras.get(&lease);
+                        let event = extra.and_then(|e| e.event.clone());
+                        let fof = extra
+                            .is_some_and(|e| matches!(e.policy, FailurePolicy::FailOnFinalize));
+                        (
+                            lease,
+                            id.to_owned(),
+                            slot.base.clone(),
+                            event,
+                            true,
+                            fof,
+                            None,
+                        )
+                    } else if self.pending.contains_key(&lease) {
+                        let _ = ack.send(Err(DriverError::NoReservation(lease)));
+                        return;
+                    } else if let Some(e) = self.ended.remove(&lease) {
+                        (
+                            lease,
+                            e.reservation_id,
+                            e.base,
+                            e.event,
+                            false,
+                            e.fail_on_finalize,
+                            e.failure,
+                        )
+                    } else {
+                        let _ = ack.send(Err(DriverError::UnknownLease(lease)));
+                        return;
+                    }
+                }
+                SettleTarget::Reservation(lease, id) => {
+                    (lease, id, setup.base.clone(), None, false, false, None)
+                }
+            };
+        let mut config = match kind {
+            SettleKind::Commit { usage, event } => {
+                let mut c = SettlementConfig::commit(reservation_id.clone(), Vec::new());
+                c.commit = usage.into_body();
+                c.event = event.or(default_event.clone()).map(|e| e.0.to_vec());
+                c
+            }
+            SettleKind::Release { reason } => {
+                SettlementConfig::release(reservation_id.clone(), reason)
+            }
+        };
+        config.base_url = base.as_str().to_owned();
+        config.retry = retry;
+        let now = Now::new(clock::now_ns(), settle::wall_ms());
+        let s = match Settlement::new(config, now) {
+            Ok(s) => s,
+            Err(e) => {
+                // Nothing started: a stopped lease can be settled again.
+                if from_lease && !heartbeat {
+                    self.ended.insert(
+                        lease,
+                        EndedLease {
+                            reservation_id,
+                            base,
+                            event: default_event,
+                            failure: hb_failure,
+                            fail_on_finalize,
+                        },
+                    );
+                }
+                let _ = ack.send(Err(DriverError::Core(e)));
+                return;
+            }
+        };
+        // Registered before the caller hears of it: a `flush` right after
+        // `commit` returns must wait for this settlement.
+        if let Some(setup) = &self.setup {
+            settle::pending_lock(&setup.pending)
+                .ids
+                .insert(lease, reservation_id.clone());
+        }
+        let _ = ack.send(Ok(lease));
+        let journaled = journal && s.record().is_some();
+        self.add_settlement(
+            lease,
+            SettleSlot {
+                s: Some(Box::new(s)),
+                reservation_id,
+                base,
+                heartbeat,
+                fail_on_finalize,
+                hb_failure,
+                journaled,
+                replayed: false,
+                decisions: Vec::new(),
+                reply: Some(result),
+                last_ns: now.mono_ns,
+                sent: None,
+                journal_error: None,
+            },
+        );
+    }
+
+    /// Registers a settlement, reports its first decision and drives it.
+    fn add_settlement(&mut self, lease: LeaseHandle, slot: SettleSlot) {
+        if let Some(setup) = &self.setup {
+            settle::pending_lock(&setup.pending)
+                .ids
+                .insert(lease, slot.reservation_id.clone());
+        }
+        let first = slot
+            .s
+            .as_ref()
+            .map(|s| s.last_decision().clone())
+            .expect("a new settlement is here");
+        self.settles.insert(lease, Box::new(slot));
+        self.settle_decided(lease, None, None, first);
+        self.drive(lease);
+    }
+
+    /// Reports a settlement decision; stops the heartbeat on ST-11.
+    fn settle_decided(
+        &mut self,
+        lease: LeaseHandle,
+        attempt: Option<SettleAttemptReport>,
+        outcome: Option<Outcome>,
+        d: SettlementDecision,
+    ) {
+        let Some(slot) = self.settles.get_mut(&lease) else {
+            return;
+        };
+        tracing::info!(target: "leasebeat::driver", %lease,
+            reservation_id = slot.reservation_id.as_str(), decision = %d, "settlement");
+        slot.decisions.push(d.clone());
+        let stop = d.stop_heartbeat && slot.heartbeat;
+        if stop {
+            slot.heartbeat = false;
+        }
+        let _ = self.events.send(Event::Settlement {
+            lease,
+            reservation_id: slot.reservation_id.clone(),
+            attempt,
+            outcome,
+            decision: Box::new(d),
+        });
+        if stop && self.leases.contains_key(&lease) {
+            // ST-11: the outcome is final, or the reservation is gone.
+            self.cancel(lease);
+        }
+    }
+
+    /// Does what the settlement asks next.
+    fn drive(&mut self, lease: LeaseHandle) {
+        loop {
+            let journal = self.setup.as_ref().and_then(|s| s.journal.clone());
+            let Some(slot) = self.settles.get_mut(&lease) else {
+                return;
+            };
+            let Some(s) = slot.s.as_mut() else { return };
+            match s.poll_action() {
+                SettlementAction::Persist(_) => {
+                    if journal.is_some() && slot.journaled {
+                        let s = slot.s.take().expect("checked");
+                        self.submit_side(Job::Persist(lease, s));
+                        return;
+                    }
+                    // No journal: acknowledged without a write (nothing
+                    // durable: the opt-out).
+                    let now = clock::now_ns().max(slot.last_ns);
+                    slot.last_ns = now;
+                    match s.handle_persisted(now) {
+                        Ok(d) => self.settle_decided(lease, None, None, d),
+                        Err(e) => return self.settle_error(lease, e),
+                    }
+                }
+                SettlementAction::Send(a) => {
+                    let (due, id) = (a.due_ns, a.id);
+                    if due > clock::now_ns() {
+                        self.settle_due.push(Reverse((due, lease.0, id)));
+                    } else {
+                        self.settle_send(lease, id);
+                    }
+                    return;
+                }
+                SettlementAction::Wait(_) => return,
+                SettlementAction::Done(_) => {
+                    let record = s.last_decision().record;
+                    if journal.is_some() && slot.journaled && record.is_some() {
+                        let s = slot.s.take().expect("checked");
+                        self.submit_side(Job::Finish(lease, s));
+                    } else {
+                        self.settle_end(lease, None);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A core refusal inside a settlement (a driver bug or a clock anomaly):
+    /// reported, and the settlement ends where it is (its record kept).
+    fn settle_error(&mut self, lease: LeaseHandle, error: crate::Error) {
+        let reservation_id = self.settles.get(&lease).map(|s| s.reservation_id.clone());
+        tracing::error!(target: "leasebeat::driver", %lease, error = %error, "settlement refused an input");
+        let _ = self.events.send(Event::Error {
+            lease,
+            reservation_id,
+            error: error.clone(),
+        });
+        self.settle_end(lease, Some(error.to_string()));
+    }
+
+    fn settle_send(&mut self, lease: LeaseHandle, attempt_id: u64) {
+        let Some(setup) = self.setup.as_ref() else {
+            return;
+        };
+        let budget_ms = setup.budget_ms;
+        let Some(slot) = self.settles.get_mut(&lease) else {
+            return;
+        };
+        let Some(s) = slot.s.as_mut() else { return };
+        let SettlementAction::Send(a) = s.poll_action() else {
+            return;
+        };
+        if a.id != attempt_id {
+            return;
+        }
+        let (endpoint, key, body, due_ns, number) = (
+            a.endpoint,
+            a.key.clone(),
+            a.body.clone(),
+            a.due_ns,
+            a.number,
+        );
+        let now = clock::now_ns().max(slot.last_ns);
+        let d = match s.handle_sent(attempt_id, now) {
+            Ok(d) => d,
+            Err(e) => return self.settle_error(lease, e),
+        };
+        slot.last_ns = now;
+        let report = SettleAttemptReport {
+            id: attempt_id,
+            endpoint,
+            key: key.clone(),
+            number,
+            due_ns,
+            sent_ns: now,
+        };
+        slot.sent = Some(report.clone());
+        let url = format!(
+            "{}{}",
+            slot.base,
+            endpoint.path(&encode_segment(&slot.reservation_id))
+        );
+        let enforce_ms = budget_ms - super::detection_slack_ms(budget_ms);
+        let deadline_ns = now.saturating_add(ms_to_ns(enforce_ms.max(1)));
+        self.settle_decided(lease, Some(report), None, d);
+        let job = Job::Http(HttpJob {
+            lease,
+            attempt_id,
+            url,
+            key,
+            body,
+            deadline_ns,
+            settle: true,
+        });
+        self.outstanding += 1;
+        if self.pool.submit(job).is_err() {
+            self.outstanding -= 1;
+            self.settle_complete(Completion {
+                lease,
+                attempt_id,
+                result: Err(TransportFailure::Reset),
+                observed_ns: clock::now_ns(),
+                settle: true,
+            });
+        }
+    }
+
+    fn settle_complete(&mut self, c: Completion) {
+        let Some(slot) = self.settles.get_mut(&c.lease) else {
+            return;
+        };
+        let Some(s) = slot.s.as_mut() else { return };
+        let observed = c.observed_ns.max(slot.last_ns);
+        slot.last_ns = observed;
+        let outcome = match &c.result {
+            Ok(r) => Outcome::Status(r.status),
+            Err(f) => Outcome::Failure(*f),
+        };
+        let result = match c.result {
+            Ok(r) => s.handle_response(
+                c.attempt_id,
+                r.view(),
+                Now::new(observed, settle::wall_ms()),
+            ),
+            Err(f) => s.handle_failure(c.attempt_id, f, observed),
+        };
+        let report = slot.sent.take();
+        match result {
+            Ok(d) => {
+                self.settle_decided(c.lease, report, Some(outcome), d);
+                self.drive(c.lease);
+            }
+            Err(e) => self.settle_error(c.lease, e),
+        }
+    }
+
+    fn persisted(
+        &mut self,
+        lease: LeaseHandle,
+        s: Box<Settlement>,
+        result: Result<SettlementDecision, crate::Error>,
+    ) {
+        let Some(slot) = self.settles.get_mut(&lease) else {
+            return;
+        };
+        slot.last_ns = slot.last_ns.max(clock::now_ns());
+        slot.s = Some(s);
+        match result {
+            Ok(d) => {
+                self.settle_decided(lease, None, None, d);
+                self.drive(lease);
+            }
+            Err(e) => self.settle_error(lease, e),
+        }
+    }
+
+    fn finished(&mut self, lease: LeaseHandle, s: Box<Settlement>, error: Option<String>) {
+        if let Some(slot) = self.settles.get_mut(&lease) {
+            slot.s = Some(s);
+        }
+        self.settle_end(lease, error);
+    }
+
+    /// The settlement ended: its result to the waiter and the channel.
+    fn settle_end(&mut self, lease: LeaseHandle, journal_error: Option<String>) {
+        let Some(mut slot) = self.settles.remove(&lease) else {
+            return;
+        };
+        if let Some(setup) = &self.setup {
+            settle::pending_lock(&setup.pending).ids.remove(&lease);
+            setup.pending.1.notify_all();
+        }
+        if journal_error.is_some() {
+            slot.journal_error = journal_error;
+        }
+        let last = slot.decisions.last().cloned();
+        let outcome = slot
+            .s
+            .as_ref()
+            .and_then(|s| s.outcome())
+            .unwrap_or(crate::SettleOutcome::Unclassified);
+        let record = last.as_ref().and_then(|d| d.record);
+        let record_kept = slot.journaled
+            && match record {
+                Some(RecordUpdate::Keep) => true,
+                Some(RecordUpdate::Remove) => slot.journal_error.is_some(),
+                _ => slot.s.as_ref().is_some_and(|s| s.outcome().is_none()),
+            };
+        if slot.journaled && slot.s.as_ref().is_some_and(|s| s.outcome().is_none()) {
+            // Ended on an error: the claim goes, the record stays.
+            if let Some(j) = self.setup.as_ref().and_then(|s| s.journal.as_ref()) {
+                j.release_claim(&slot.reservation_id);
+            }
+        }
+        let failed_after_heartbeat = slot.fail_on_finalize && slot.hb_failure.is_some();
+        let result = SettleResult {
+            lease,
+            reservation_id: slot.reservation_id.clone(),
+            outcome,
+            code: last.as_ref().and_then(|d| d.code.clone()),
+            status: last.as_ref().and_then(|d| d.status),
+            key: slot
+                .s
+                .as_ref()
+                .map(|s| s.key().to_owned())
+                .unwrap_or_default(),
+            record_kept,
+            journaled: slot.journaled,
+            decisions: std::mem::take(&mut slot.decisions),
+            heartbeat_failure: slot.hb_failure.take(),
+            failed_after_heartbeat,
+            replayed: slot.replayed,
+            journal_error: slot.journal_error.take(),
+        };
+        tracing::info!(target: "leasebeat::driver", %lease,
+            reservation_id = result.reservation_id.as_str(), outcome = result.outcome.as_str(),
+            record_kept, failed_after_heartbeat, "settled");
+        if let Some(reply) = slot.reply.take() {
+            let _ = reply.send(result.clone());
+        }
+        let _ = self.events.send(Event::Settled {
+            lease,
+            result: Box::new(result),
+        });
+        if slot.heartbeat && self.leases.contains_key(&lease) {
+            // Ended without a `stop_heartbeat` decision (an error): the
+            // heartbeat has nothing left to guard.
+            self.cancel(lease);
+        }
+    }
+
+    fn replayed(&mut self, result: Result<ReplayOut, String>) {
+        let (settlements, report) = match result {
+            Ok(r) => (r.settlements, r.report),
+            Err(e) => (
+                Vec::new(),
+                super::JournalReport {
+                    error: Some(e),
+                    ..Default::default()
+                },
+            ),
+        };
+        let Some(setup) = self.setup.as_ref() else {
+            return;
+        };
+        let base = setup.base.clone();
+        let next = Arc::clone(&setup.next_lease);
+        let journaled = setup.journal.is_some();
+        for s in settlements {
+            let lease = LeaseHandle(next.fetch_add(1, Ordering::Relaxed));
+            let last_ns = clock::now_ns();
+            self.add_settlement(
+                lease,
+                SettleSlot {
+                    reservation_id: s.reservation_id().to_owned(),
+                    s: Some(Box::new(s)),
+                    base: base.clone(),
+                    heartbeat: false,
+                    fail_on_finalize: false,
+                    hb_failure: None,
+                    journaled,
+                    replayed: true,
+                    decisions: Vec::new(),
+                    reply: None,
+                    last_ns,
+                    sent: None,
+                    journal_error: None,
+                },
+            );
+        }
+        tracing::info!(target: "leasebeat::driver", replayed = report.replayed.len(),
+            busy = report.busy.len(), quarantined = report.quarantined.len(), "journal replay");
+        let _ = self.events.send(Event::Journal {
+            lease: LeaseHandle(0),
+            report: Box::new(report),
+        });
+        if let Some(setup) = &self.setup {
+            settle::pending_lock(&setup.pending).replaying = false;
+            setup.pending.1.notify_all();
         }
     }
 }
