@@ -146,6 +146,22 @@ fn build(py: Python<'_>) -> PyResult<Classes> {
     })
 }
 
+/// `LeaseError`, the base class (for the journal's error classes).
+pub fn base_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    Ok(classes(py)?.base.bind(py).clone())
+}
+
+/// Builds one exception class (`__module__` = "leasebeat") with class attributes.
+pub fn new_class<'py>(
+    py: Python<'py>,
+    name: &str,
+    bases: Bound<'py, PyTuple>,
+    doc: &str,
+    attrs: &[(&str, &str)],
+) -> PyResult<Py<PyType>> {
+    make_class(py, name, bases, doc, attrs)
+}
+
 /// The classes, created on first use.
 pub fn classes(py: Python<'_>) -> PyResult<&'static Classes> {
     CLASSES.get_or_try_init(py, || build(py))

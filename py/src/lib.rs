@@ -13,6 +13,7 @@ mod convert;
 mod enums;
 mod errors;
 mod heartbeat;
+mod journal;
 mod settlement;
 mod types;
 
@@ -246,6 +247,13 @@ fn _leasebeat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<heartbeat::PyHeartbeat>()?;
     m.add_class::<settlement::PySettlement>()?;
+    journal::register_errors(m)?;
+    m.add_class::<journal::PyJournal>()?;
+    m.add_class::<journal::PyScan>()?;
+    m.add_class::<journal::PyReplay>()?;
+    m.add_class::<journal::PyQuarantined>()?;
+    m.add_class::<journal::PyMigrated>()?;
+    m.add_class::<journal::PySkipped>()?;
     m.add_class::<settlement::PySettlementDecision>()?;
     m.add_class::<settlement::PySettlementAction>()?;
     m.add_class::<types::PyDecision>()?;

@@ -136,6 +136,20 @@ pub struct PySettlement {
 }
 
 impl PySettlement {
+    /// The settlement, locked (for the journal's `persist` / `finish`).
+    pub(crate) fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Settlement>> {
+        self.inner.lock().map_err(|_| {
+            PyRuntimeError::new_err("the settlement is unusable after an internal panic")
+        })
+    }
+
+    /// Wraps a core settlement (the journal's replay).
+    pub(crate) fn from_core(s: Settlement) -> PySettlement {
+        PySettlement {
+            inner: Mutex::new(s),
+        }
+    }
+
     fn with<R>(
         &self,
         py: Python<'_>,
@@ -438,7 +452,7 @@ impl PySettlement {
     }
 }
 
-fn policy(
+pub(crate) fn policy(
     py: Python<'_>,
     max_attempts: Option<&Bound<'_, PyAny>>,
     initial_ms: Option<&Bound<'_, PyAny>>,
@@ -615,7 +629,7 @@ pub struct PySettlementDecision {
 }
 
 impl PySettlementDecision {
-    fn new(inner: SettlementDecision) -> PySettlementDecision {
+    pub(crate) fn new(inner: SettlementDecision) -> PySettlementDecision {
         PySettlementDecision { inner }
     }
 }

@@ -106,6 +106,12 @@ CREATE_REQUEST: dict[str, Any] = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _journal_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never touch ~/.runcycles: every runner's default journal lives in the test's tmp_path."""
+    monkeypatch.setenv("CYCLES_JOURNAL_DIR", str(tmp_path / "journal"))
+
+
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Any]:
     """``serve(*args)`` starts a server (killed after the test)."""

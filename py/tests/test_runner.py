@@ -56,10 +56,12 @@ class Collector(leasebeat.Listener):
     def on_stop(self, decision: Decision) -> None:
         with self.lock:
             self.stops.append(decision)
+            self.lock.notify_all()  # wait_for(stops) must wake here, not only on a decision
 
     def on_finalize(self, endpoint: str, response: Any, error: Any) -> None:
         with self.lock:
             self.finalized.append((endpoint, response, error))
+            self.lock.notify_all()
 
     def successes(self, next_: Next = Next.EXTEND) -> int:
         return sum(1 for d in self.decisions if d.outcome is OutcomeClass.SUCCESS)

@@ -52,7 +52,13 @@ ST-1..ST-11 of settlement.md) is the same kind of sans-IO machine::
     a.outcome                                    # SettleOutcome.COMMITTED, ...
 
 ``Settlement.from_record(text, now_ns=..., wall_ms=...)`` resumes from the durable
-record alone (same key). The journal (file I/O) is not in this package yet.
+record alone (same key). ``leasebeat.Journal`` is the durable journal (J-1..J-8):
+``persist``/``finish`` around a settlement, ``replay`` after a restart.
+
+The runners settle through both: ``runner.commit(actual, metrics, metadata)`` /
+``runner.release(reason)`` (thread) and ``await lease.commit(...)`` (asyncio,
+``leasebeat.aio.start``); the journal is on by default, replayed on start;
+``leasebeat.flush(timeout)`` drains; ``policy=`` is the heartbeat failure policy.
 
 Numbers: every millisecond quantity is an ``int``, or ``float('inf')`` for
 +infinity (an unbounded budget, an overflowing value) and ``float('-inf')``
@@ -94,6 +100,23 @@ from ._leasebeat import (
     DecisionWarning,
     FallbackCadence,
     Heartbeat,
+    Journal,
+    JournalCorrupt,
+    JournalError,
+    JournalInvalidRecord,
+    JournalIOError,
+    JournalNotFinished,
+    JournalMisplaced,
+    JournalNoDirectory,
+    JournalNoSpace,
+    JournalNotADirectory,
+    JournalNotWritable,
+    JournalScan,
+    JournalSymlink,
+    MigratedRecord,
+    QuarantinedRecord,
+    Replay,
+    SkippedFile,
     Settlement,
     SettlementAction,
     SettlementDecision,
@@ -142,13 +165,20 @@ if hasattr(_os, "register_at_fork"):
 
 from . import aio, transports
 from ._runner import (
+    HeartbeatFailed,
+    HeartbeatFailure,
+    HeartbeatPolicy,
     HttpResponse,
     Jeopardy,
     Listener,
+    NoReservation,
     Request,
     Runner,
+    SettleResult,
     Transport,
     TransportError,
+    flush,
+    replay,
     run,
 )
 
@@ -170,6 +200,30 @@ ERRORS_BY_CODE: dict[str, type[LeaseError]] = {
 __all__ = [
     "transports",
     "run",
+    "flush",
+    "replay",
+    "HeartbeatFailed",
+    "HeartbeatFailure",
+    "HeartbeatPolicy",
+    "NoReservation",
+    "SettleResult",
+    "Journal",
+    "JournalCorrupt",
+    "JournalError",
+    "JournalInvalidRecord",
+    "JournalIOError",
+    "JournalNotFinished",
+    "JournalMisplaced",
+    "JournalNoDirectory",
+    "JournalNoSpace",
+    "JournalNotADirectory",
+    "JournalNotWritable",
+    "JournalScan",
+    "JournalSymlink",
+    "MigratedRecord",
+    "QuarantinedRecord",
+    "Replay",
+    "SkippedFile",
     "aio",
     "TransportError",
     "Transport",

@@ -1,12 +1,30 @@
 """Native core of the ``leasebeat`` package (import ``leasebeat`` instead)."""
 
 import enum
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Final, Protocol, final
 
 from typing_extensions import Self
 
 __all__ = [
+    "Journal",
+    "JournalCorrupt",
+    "JournalError",
+    "JournalInvalidRecord",
+    "JournalIOError",
+    "JournalNotFinished",
+    "JournalMisplaced",
+    "JournalNoDirectory",
+    "JournalNoSpace",
+    "JournalNotADirectory",
+    "JournalNotWritable",
+    "JournalScan",
+    "JournalSymlink",
+    "MigratedRecord",
+    "QuarantinedRecord",
+    "Replay",
+    "SkippedFile",
     "__version__",
     "DEFAULT_TTL_MS",
     "MIN_TTL_MS",
@@ -696,6 +714,152 @@ class Settlement:
     def failures(self) -> int: ...
     @property
     def last_decision(self) -> SettlementDecision: ...
+
+class JournalError(LeaseError, OSError):
+    """A failure of the settlement journal (a LeaseError and an OSError)."""
+
+    kind: ClassVar[str]
+    path: str | None
+    message: str
+    quarantined_to: str | None
+
+class JournalNotWritable(JournalError):
+    """The journal directory (or a record in it) cannot be written."""
+
+class JournalSymlink(JournalError):
+    """A symbolic link where the journal expects its directory or a record."""
+
+class JournalNoSpace(JournalError):
+    """The file system is full; the previous record is intact."""
+
+class JournalNotADirectory(JournalError):
+    """The journal path exists and is not a directory."""
+
+class JournalNoDirectory(JournalError):
+    """No journal directory (none given, CYCLES_JOURNAL_DIR and HOME unset)."""
+
+class JournalInvalidRecord(JournalError):
+    """A record that would not read back, or a settlement not finished."""
+
+class JournalCorrupt(JournalError):
+    """A stored record did not parse or validate; renamed aside."""
+
+class JournalMisplaced(JournalError):
+    """The file under the id's name holds another reservation id."""
+
+class JournalNotFinished(JournalError):
+    """finish() of a settlement that has not ended: nothing was touched."""
+
+class JournalIOError(JournalError):
+    """Any other I/O error of the journal."""
+
+@final
+class QuarantinedRecord:
+    """A record renamed aside (J-4)."""
+
+    @property
+    def file(self) -> str: ...
+    @property
+    def moved_to(self) -> str | None: ...
+    @property
+    def reason(self) -> str: ...
+
+@final
+class MigratedRecord:
+    """A legacy-named record migrated (J-8)."""
+
+    @property
+    def from_file(self) -> str: ...
+    @property
+    def to_file(self) -> str: ...
+    @property
+    def reservation_id(self) -> str: ...
+    @property
+    def duplicate_removed(self) -> bool: ...
+
+@final
+class SkippedFile:
+    """A .json file a scan left alone."""
+
+    @property
+    def file(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+
+@final
+class JournalScan:
+    """What Journal.scan() found and did."""
+
+    @property
+    def records(self) -> list[str]: ...
+    @property
+    def foreign(self) -> list[str]: ...
+    @property
+    def quarantined(self) -> list[QuarantinedRecord]: ...
+    @property
+    def migrated(self) -> list[MigratedRecord]: ...
+    @property
+    def skipped(self) -> list[SkippedFile]: ...
+    @property
+    def reaped_temp_files(self) -> int: ...
+
+@final
+class Replay:
+    """What Journal.replay() returns."""
+
+    @property
+    def settlements(self) -> list[Settlement]: ...
+    @property
+    def busy(self) -> list[str]: ...
+    @property
+    def quarantined(self) -> list[QuarantinedRecord]: ...
+    @property
+    def migrated(self) -> list[MigratedRecord]: ...
+    @property
+    def skipped(self) -> list[SkippedFile]: ...
+    @property
+    def foreign(self) -> list[str]: ...
+
+_Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
+
+@final
+class Journal:
+    """The settlement journal: one partition of durable records (J-1..J-8)."""
+
+    @classmethod
+    def open(
+        cls, base_url: str, api_key: str, *, dir: _Path | None = None, tenant: str | None = None
+    ) -> Journal: ...
+    @classmethod
+    def open_partition(cls, dir: _Path, base_url: str) -> Journal: ...
+    @staticmethod
+    def base_dir(dir: _Path | None = None) -> str: ...
+    @staticmethod
+    def partition_name(base_url: str, api_key: str, tenant: str | None = None) -> str: ...
+    @staticmethod
+    def record_file_name(reservation_id: str) -> str: ...
+    @property
+    def dir(self) -> str: ...
+    @property
+    def base_url(self) -> str: ...
+    def persist(self, settlement: Settlement, now_ns: int) -> SettlementDecision: ...
+    def finish(self, settlement: Settlement) -> None: ...
+    def replay(
+        self,
+        now_ns: int,
+        wall_ms: int,
+        *,
+        max_attempts: int | None = None,
+        initial_ms: int | None = None,
+        max_ms: int | None = None,
+    ) -> Replay: ...
+    def scan(self) -> JournalScan: ...
+    def write(self, record: str | bytes) -> None: ...
+    def load(self, reservation_id: str) -> str | None: ...
+    def remove(self, reservation_id: str) -> bool: ...
+    def quarantine(self, reservation_id: str) -> str | None: ...
+    def release_claim(self, reservation_id: str) -> None: ...
+    def holds_claim(self, reservation_id: str) -> bool: ...
 
 def primary_schedule(
     remaining_ttl_ms: _Ms,

@@ -345,6 +345,8 @@ class AsyncUrllibTransport:
 
     def __init__(self, base_url: str, api_key: str) -> None:
         self._sync = UrllibTransport(base_url, api_key)
+        self.base_url = self._sync.base_url
+        self.api_key = api_key
 
     async def __call__(self, request: Request, deadline_ns: int | None, /) -> HttpResponse:
         loop = asyncio.get_running_loop()
