@@ -203,22 +203,7 @@ fn result_json(r: &SettleResult) -> Value {
 
 /// The status of a driver journal error's kind name.
 pub(crate) fn journal_kind_status(kind: &str) -> lb_status {
-    const KINDS: [JournalErrorKind; 10] = [
-        JournalErrorKind::NotWritable,
-        JournalErrorKind::Symlink,
-        JournalErrorKind::NoSpace,
-        JournalErrorKind::NotADirectory,
-        JournalErrorKind::NoDirectory,
-        JournalErrorKind::InvalidRecord,
-        JournalErrorKind::Corrupt,
-        JournalErrorKind::Misplaced,
-        JournalErrorKind::NotFinished,
-        JournalErrorKind::Io,
-    ];
-    KINDS
-        .into_iter()
-        .find(|k| k.as_str() == kind)
-        .map_or(lb_status::InvalidConfig, lb_status::from_journal_kind)
+    JournalErrorKind::from_name(kind).map_or(lb_status::InvalidConfig, lb_status::from_journal_kind)
 }
 
 fn with_event(event: *const lb_event, f: impl FnOnce(&lb_event) -> Result<(), Fail>) -> lb_status {
@@ -1149,7 +1134,8 @@ pub struct lb_settle_result_info {
     pub has_code: bool,
     /// The record stays in the journal (a later replay settles it).
     pub record_kept: bool,
-    /// The settlement was journaled.
+    /// A record of the settlement reached the disk (false: journal off, a release,
+    /// or every write failed and the requests went anyway, SP-3).
     pub journaled: bool,
     /// Started from a journal record (replay).
     pub replayed: bool,

@@ -25,18 +25,7 @@ use crate::settlement::{PySettlement, PySettlementDecision, policy};
 
 // ------------------------------------------------------------------ errors
 
-const KINDS: [JournalErrorKind; 10] = [
-    JournalErrorKind::NotWritable,
-    JournalErrorKind::Symlink,
-    JournalErrorKind::NoSpace,
-    JournalErrorKind::NotADirectory,
-    JournalErrorKind::NoDirectory,
-    JournalErrorKind::InvalidRecord,
-    JournalErrorKind::Corrupt,
-    JournalErrorKind::Misplaced,
-    JournalErrorKind::NotFinished,
-    JournalErrorKind::Io,
-];
+const KINDS: [JournalErrorKind; 10] = JournalErrorKind::ALL;
 
 fn describe(kind: JournalErrorKind) -> (&'static str, &'static str) {
     // Exhaustive on purpose: a new core kind must be mapped here.

@@ -39,6 +39,26 @@ pub enum JournalErrorKind {
 }
 
 impl JournalErrorKind {
+    /// Every kind, in declaration order (bindings build their error classes and status
+    /// tables from it).
+    pub const ALL: [JournalErrorKind; 10] = [
+        JournalErrorKind::NotWritable,
+        JournalErrorKind::Symlink,
+        JournalErrorKind::NoSpace,
+        JournalErrorKind::NotADirectory,
+        JournalErrorKind::NoDirectory,
+        JournalErrorKind::InvalidRecord,
+        JournalErrorKind::Corrupt,
+        JournalErrorKind::Misplaced,
+        JournalErrorKind::NotFinished,
+        JournalErrorKind::Io,
+    ];
+
+    /// The kind whose [`as_str`](Self::as_str) name is `name`, if any.
+    pub fn from_name(name: &str) -> Option<JournalErrorKind> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     /// A stable snake_case name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -163,5 +183,29 @@ mod tests {
         assert_eq!(k(Errno::LOOP), JournalErrorKind::Symlink);
         assert_eq!(k(Errno::NOTDIR), JournalErrorKind::NotADirectory);
         assert_eq!(k(Errno::IO), JournalErrorKind::Io);
+    }
+
+    #[test]
+    fn all_lists_every_kind_once_and_names_round_trip() {
+        // A new variant must be added to ALL: this match fails to compile otherwise, and
+        // the position it returns must be the variant's place in ALL.
+        let index = |k: JournalErrorKind| match k {
+            JournalErrorKind::NotWritable => 0,
+            JournalErrorKind::Symlink => 1,
+            JournalErrorKind::NoSpace => 2,
+            JournalErrorKind::NotADirectory => 3,
+            JournalErrorKind::NoDirectory => 4,
+            JournalErrorKind::InvalidRecord => 5,
+            JournalErrorKind::Corrupt => 6,
+            JournalErrorKind::Misplaced => 7,
+            JournalErrorKind::NotFinished => 8,
+            JournalErrorKind::Io => 9,
+        };
+        for (i, k) in JournalErrorKind::ALL.into_iter().enumerate() {
+            assert_eq!(index(k), i);
+            assert_eq!(JournalErrorKind::from_name(k.as_str()), Some(k));
+        }
+        assert_eq!(JournalErrorKind::from_name("Io"), None);
+        assert_eq!(JournalErrorKind::from_name(""), None);
     }
 }
