@@ -1451,7 +1451,8 @@ typedef struct lb_settle_result_info {
      */
     bool record_kept;
     /**
-     * The settlement was journaled.
+     * A record of the settlement reached the disk (false: journal off, a release,
+     * or every write failed and the requests went anyway, SP-3).
      */
     bool journaled;
     /**

@@ -594,7 +594,7 @@ async function performSettle (transport, request, timeoutMs, stopSignal) {
 }
 
 /** The settlement result handed to callers (see runner.d.ts, `SettleResult`). */
-function settleResult (s, decisions, journaled, journalError) {
+function settleResult (s, decisions, written, journalError) {
   const last = s.lastDecision
   const outcome = s.outcome
   return {
@@ -605,7 +605,10 @@ function settleResult (s, decisions, journaled, journalError) {
     ok: outcome === 'committed' || outcome === 'applied' || outcome === 'released',
     code: last.code,
     status: last.status,
-    recordKept: journaled && outcome !== null && last.record !== null && last.record.type === 'keep',
+    // On disk is what was written and not removed by J-5: an abandoned
+    // settlement (flush deadline) and a failed removal keep theirs; a
+    // settlement whose every write failed (SP-3) has none.
+    recordKept: written && !(outcome !== null && last.record !== null && last.record.type === 'remove' && journalError === null),
     decisions,
     lastDecision: last,
     journalError
@@ -734,6 +737,9 @@ class Settler {
 
   async #run (s, hooks) {
     const decisions = []
+    // A record of it is on disk: one built from a record (SP-4: it persists
+    // nothing until that record changes), or a write succeeded below.
+    let written = this.#journal !== null && s.record !== null && s.pollAction().type !== 'persist'
     const clock = this.#clock
     const stop = this.#closed.signal
     const note = (d) => {
@@ -747,7 +753,12 @@ class Settler {
       const a = s.pollAction()
       if (a.type === 'done') break
       if (a.type === 'persist') {
-        note(this.#journal !== null ? this.#journal.persist(s, clock()) : s.handlePersisted(clock()))
+        if (this.#journal === null) {
+          note(s.handlePersisted(clock()))
+        } else {
+          const d = note(this.#journal.persist(s, clock()))
+          if (!d.warnings.includes('persist_failed')) written = true
+        }
         continue
       }
       if (a.type === 'wait') throw new Error('Settler: the settlement has an attempt in flight that this settler did not send')
@@ -776,7 +787,7 @@ class Settler {
         process.emitWarning(`leasebeat journal: finishing ${JSON.stringify(s.reservationId)} failed: ${err?.message ?? err}`, 'LeasebeatJournalWarning')
       }
     }
-    return settleResult(s, decisions, this.#journal !== null, journalError)
+    return settleResult(s, decisions, written, journalError)
   }
 
   /**

@@ -1192,6 +1192,51 @@ fn the_heartbeat_keeps_running_while_a_commit_is_in_flight() {
     driver.shutdown();
 }
 
+/// SP-3 at the driver: the journal's directory becomes unusable after the
+/// driver opened it (the partition replaced by a plain file); the commit's
+/// record cannot be written, the decision says so (`persist_failed`), the
+/// result reports the journal error, and the commit still goes out, once,
+/// and is applied: a broken disk never costs the usage the server can take.
+#[test]
+fn a_failed_journal_write_still_sends_the_commit() {
+    let serve = Serve::start(&[]);
+    let dir = tempdir();
+    let (driver, events) = Driver::new(config(&serve.url, dir.path())).unwrap();
+    let lease = driver.start(lease_config(60_000)).unwrap();
+    let mut seen = Vec::new();
+    let id = reservation_of(&events, lease, &mut seen);
+    let parts: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(parts.len(), 1, "one partition: {parts:?}");
+    std::fs::remove_dir_all(&parts[0]).unwrap();
+    std::fs::write(&parts[0], b"not a directory").unwrap();
+
+    let r = driver.commit(lease, usage()).unwrap().wait().unwrap();
+    assert_eq!(r.outcome, SettleOutcome::Committed, "{r:?}");
+    assert!(!r.journaled, "nothing could be journaled: {r:?}");
+    assert!(
+        r.decisions.iter().any(|d| d
+            .warnings
+            .contains(&leasebeat::SettleWarning::PersistFailed)),
+        "the decision carries persist_failed: {:?}",
+        r.decisions
+    );
+    let commits = serve.requests(&["commit"]);
+    assert_eq!(commits.len(), 1, "{commits:?}");
+    assert_eq!(commits[0]["reservation_id"], id.as_str());
+    assert_eq!(commits[0]["applied"], true);
+    assert_eq!(
+        std::fs::read(&parts[0]).unwrap(),
+        b"not a directory",
+        "the journal wrote nothing through the file"
+    );
+    driver.shutdown();
+}
+
 /// J-7: flush waits at most its timeout and lists what is unresolved; the
 /// record stays on disk; a later flush sees it settled.
 #[test]

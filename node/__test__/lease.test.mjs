@@ -6,7 +6,7 @@
 // The 12 recovery scenarios are in recovery.test.mjs.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
@@ -211,12 +211,39 @@ test('Settler.close: a settlement waiting for its retry stops where it is; its r
   settler.close()
   const r = await p
   assert.equal(r.outcome, null, 'not ended')
+  assert.equal(r.recordKept, true, 'its record stays on disk')
   assert.equal(records(dir).length, 1)
   const again = new Settler({ baseUrl: s.url, apiKey: API_KEY, journal: { dir }, replay: false })
   const replay = again.journal.replay({ now: performance.now(), wallMs: Date.now() })
   assert.equal(replay.settlements.length, 1, 'the claim was released')
   assert.equal(replay.settlements[0].key, r.key)
   again.journal.releaseClaim(r.reservationId)
+  await l.stop()
+})
+
+test('SP-3: a journal write that fails still sends the commit (one key); nothing is reported kept', async (t) => {
+  const dir = tempDir(t)
+  const s = await server(t, ['--fault', 'commit:1=429,retry-after=30'])
+  const settler = new Settler({ baseUrl: s.url, apiKey: API_KEY, journal: { dir } })
+  const l = startLease(hb(), { baseUrl: s.url, apiKey: API_KEY, settler })
+  await l.ready
+  // The partition becomes a plain file: every write fails from now on.
+  const part = settler.journal.dir
+  rmSync(part, { recursive: true, force: true })
+  writeFileSync(part, 'not a directory')
+  const p = l.commit(ACTUAL)
+  await s.until((srv) => srv.requests('commit').length === 1)
+  await new Promise((resolve) => setTimeout(resolve, 50))
+  settler.close()
+  const r = await p
+  assert.equal(r.outcome, null, 'not ended')
+  assert.equal(r.recordKept, false, 'nothing was written, nothing is kept')
+  const failed = r.decisions.filter((d) => d.warnings.includes('persist_failed'))
+  // Two record changes, both failed: created, then the 429's not_before_ms.
+  assert.equal(failed.length, 2)
+  for (const d of failed) assert.match(d.detail, /journal /)
+  assert.equal(s.requests('commit')[0].header_key, r.key)
+  assert.equal(readFileSync(part, 'utf8'), 'not a directory')
   await l.stop()
 })
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -148,6 +149,61 @@ def test_flush_leaves_the_unresolved_on_disk(runner: str, serve: Any, tmp_path: 
     assert rec["commit_body"]["idempotency_key"] == res.key
     assert not j.holds_claim(res.reservation_id)
     assert leasebeat.flush(1) is True  # nothing left in flight
+
+
+def _break_partition(journal: Any) -> Path:
+    """Replaces the journal's partition directory by a plain file: every later
+    write fails while the journal object stays open."""
+    part = Path(journal.dir)
+    shutil.rmtree(part)
+    part.write_bytes(b"not a directory")
+    return part
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_failed_journal_write_still_sends_and_keeps_nothing(runner: str, serve: Any, tmp_path: Path) -> None:
+    # SP-3: the record cannot be written; the commit goes anyway (with its one key), the
+    # decision says persist_failed, and when the flush abandons it unresolved the result
+    # does not pretend the record is kept: nothing is on disk.
+    server = serve("--fault", "commit:*=503")
+    jdir = tmp_path / "j"
+    hb = Heartbeat(60000, 2000, create_request=CREATE)
+    warned: list[Any] = []
+
+    class L(leasebeat.Listener):
+        def on_settlement(self, rid: str, d: Any) -> None:
+            if leasebeat.SettleWarning.PERSIST_FAILED in d.warnings:
+                warned.append(d.detail)
+
+    if runner == "thread":
+        r = leasebeat.run(hb, UrllibTransport(server.url, server.api_key), journal_dir=jdir, listener=L())
+        until(lambda: hb.reservation_id)
+        part = _break_partition(r.journal)
+        box: list[Any] = []
+        th = threading.Thread(target=lambda: box.append(r.commit(ACTUAL)))
+        th.start()
+        until(lambda: len(reqs(server, "commit")) >= 2)
+        assert r.flush(0.3) is False
+        th.join(10)
+        res = box[0]
+        r.join(10)
+    else:
+        async def main() -> Any:
+            lease = leasebeat.aio.start(hb, AsyncUrllibTransport(server.url, server.api_key), journal_dir=jdir,
+                                        listener=L())
+            async with lease:
+                await auntil(lambda: hb.reservation_id)
+                brk = _break_partition(lease.journal)
+                task = asyncio.ensure_future(lease.commit(ACTUAL))
+                await auntil(lambda: len(reqs(server, "commit")) >= 2)
+                assert await lease.flush(0.3) is False
+                return brk, await task
+        part, res = asyncio.run(main())
+    assert len(warned) == 1 and "journal " in (warned[0] or ""), warned
+    commits = reqs(server, "commit", res.reservation_id)
+    assert len(commits) >= 2 and len({c["header_key"] for c in commits}) == 1
+    assert res.outcome is None and not res.record_kept  # nothing was ever written
+    assert part.read_bytes() == b"not a directory"
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

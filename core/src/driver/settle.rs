@@ -409,7 +409,9 @@ pub struct SettleResult {
     pub key: String,
     /// The record stays in the journal (a later replay settles it).
     pub record_kept: bool,
-    /// The settlement was journaled.
+    /// A record of the settlement reached the disk (J-1): false when the
+    /// journal is off, for a release, or when every write failed (SP-3: the
+    /// requests went anyway; the decisions carry `persist_failed`).
     pub journaled: bool,
     /// Every decision, in order.
     pub decisions: Vec<SettlementDecision>,

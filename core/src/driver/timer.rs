@@ -329,7 +329,13 @@ struct SettleSlot {
     heartbeat: bool,
     fail_on_finalize: bool,
     hb_failure: Option<HeartbeatFailure>,
+    /// The settlement goes through the journal (one is open and the
+    /// settlement keeps a record): persists and the final `finish`.
     journaled: bool,
+    /// A record of it is on disk: a persist succeeded, or it was replayed
+    /// from one. A failed first write (SP-3) leaves this false: nothing is
+    /// reported journaled or kept that the disk does not hold.
+    written: bool,
     replayed: bool,
     decisions: Vec<SettlementDecision>,
     reply: Option<Sender<SettleResult>>,
@@ -1476,6 +1482,7 @@ impl Timer {
                 fail_on_finalize,
                 hb_failure,
                 journaled,
+                written: false,
                 replayed: false,
                 decisions: Vec::new(),
                 reply: Some(result),
@@ -1704,6 +1711,9 @@ impl Timer {
         slot.s = Some(s);
         match result {
             Ok(d) => {
+                if !d.warnings.contains(&crate::SettleWarning::PersistFailed) {
+                    slot.written = true;
+                }
                 self.settle_decided(lease, None, None, d);
                 self.drive(lease);
             }
@@ -1737,7 +1747,7 @@ impl Timer {
             .and_then(|s| s.outcome())
             .unwrap_or(crate::SettleOutcome::Unclassified);
         let record = last.as_ref().and_then(|d| d.record);
-        let record_kept = slot.journaled
+        let record_kept = slot.written
             && match record {
                 Some(RecordUpdate::Keep) => true,
                 Some(RecordUpdate::Remove) => slot.journal_error.is_some(),
@@ -1762,7 +1772,7 @@ impl Timer {
                 .map(|s| s.key().to_owned())
                 .unwrap_or_default(),
             record_kept,
-            journaled: slot.journaled,
+            journaled: slot.written,
             decisions: std::mem::take(&mut slot.decisions),
             heartbeat_failure: slot.hb_failure.take(),
             failed_after_heartbeat,
@@ -1816,6 +1826,7 @@ impl Timer {
                     fail_on_finalize: false,
                     hb_failure: None,
                     journaled,
+                    written: journaled,
                     replayed: true,
                     decisions: Vec::new(),
                     reply: None,

@@ -1009,6 +1009,9 @@ def settle_steps(
     decisions: list[SettlementDecision] = []
     stopped = False
     response: HttpResponse | None = None
+    # A record of it is on disk: replayed from one, or a write succeeded
+    # (SP-3: a failed write still sends; nothing is then reported kept).
+    written = kind == "replay"
 
     def report(d: SettlementDecision) -> None:
         nonlocal stopped
@@ -1032,6 +1035,8 @@ def settle_steps(
             else:
                 j = journal
                 d = yield _Blocking(lambda: j.persist(s, time.monotonic_ns()))
+                if SettleWarning.PERSIST_FAILED not in d.warnings:
+                    written = True
                 report(d)
             continue
         assert a.attempt_id is not None and a.due_ns is not None
@@ -1054,8 +1059,9 @@ def settle_steps(
         if journal is not None:
             j = journal
             yield _Blocking(_try(lambda: j.release_claim(rid)))
-        log.warning("leasebeat: settlement of %s left unresolved at the flush deadline (record kept)", rid)
-        kept = journal is not None and has_record
+        kept = journal is not None and has_record and written
+        log.warning("leasebeat: settlement of %s left unresolved at the flush deadline (%s)", rid,
+                    "record kept" if kept else "no record on disk: nothing will replay it")
     else:
         if journal is not None and has_record:
             j = journal
@@ -1064,7 +1070,9 @@ def settle_steps(
                 journal_error = r
                 log.warning("leasebeat journal: ending the record of %s failed: %s", rid, r)
         last = decisions[-1]
-        kept = journal is not None and has_record and (last.record != "remove" or journal_error is not None)
+        kept = journal is not None and has_record and written and (
+            last.record != "remove" or journal_error is not None
+        )
     if not stopped and stop_heartbeat is not None:
         stop_heartbeat()  # the settlement ended (or was abandoned at shutdown): so does the lease
     result = SettleResult(

@@ -14,7 +14,9 @@ import java.util.Optional;
  *     (nothing sent, ST-10)
  * @param code the error code of the final answer, if any (e.g. {@code RESERVATION_EXPIRED})
  * @param recordKept whether the record stays on disk for the next replay (an unresolved outcome:
- *     exhausted, unclassified, auth failed)
+ *     exhausted, unclassified, auth failed; or a removal that failed); false when no write of it
+ *     succeeded (the journal off, or every write failed: the request went anyway, see {@link
+ *     #journalWarning()})
  * @param replayed whether the settlement was rebuilt from the journal (a restart)
  * @param decisions every decision of the settlement, in order (the last is the final one)
  * @param journalWarning the journal failure text when a record could not be written (SP-3: the

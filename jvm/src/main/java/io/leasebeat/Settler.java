@@ -31,6 +31,9 @@ final class Settler {
   private final CompletableFuture<SettleResult> result = new CompletableFuture<>();
   private final List<SettlementDecision> decisions = new ArrayList<>();
   private String journalWarning;
+  // A record of it is on disk: rebuilt from one (replayed), or a write succeeded (SP-3: a failed
+  // write still sends, and then nothing is reported kept).
+  private boolean written;
   private long inFlight; // guarded by this: the attempt id in flight, 0 for none
   private Future<Response> call;
   private ScheduledFuture<?> timer;
@@ -50,6 +53,7 @@ final class Settler {
     this.executor = executor;
     this.attemptTimeoutNs = attemptTimeoutNs;
     this.replayed = replayed;
+    this.written = replayed && journal != null;
     this.onDecision = onDecision;
   }
 
@@ -143,7 +147,15 @@ final class Settler {
       long now = System.nanoTime();
       switch (a.type()) {
         case PERSIST:
-          decided(journal != null ? journal.persist(s, now) : s.handlePersisted(now));
+          if (journal != null) {
+            SettlementDecision d = journal.persist(s, now);
+            if (!d.warnings().contains(Settlement.Warning.PERSIST_FAILED)) {
+              written = true;
+            }
+            decided(d);
+          } else {
+            decided(s.handlePersisted(now));
+          }
           later(this::step, 0);
           return;
         case SEND:
@@ -228,21 +240,16 @@ final class Settler {
     ended = true;
     SettlementDecision last = decisions.get(decisions.size() - 1);
     Settlement.Outcome outcome = s.outcome().orElse(Settlement.Outcome.EXHAUSTED);
-    // J-5: the final decision says whether the record is removed or kept for the next replay.
-    boolean kept = last.record().map(c -> c == Settlement.RecordChange.KEEP).orElse(false);
-    SettleResult res =
-        new SettleResult(
-            s.reservationId(),
-            s.key(),
-            outcome,
-            last.code(),
-            kept && journal != null,
-            replayed,
-            decisions,
-            Optional.ofNullable(journalWarning));
+    // J-5: the final decision says whether the record is removed or kept for the next replay; a
+    // failed removal keeps it too.
+    boolean remove = last.record().map(c -> c == Settlement.RecordChange.REMOVE).orElse(false);
+    String id = s.reservationId();
+    String key = s.key();
+    boolean removed = false;
     try {
       if (journal != null && !journal.isClosed() && s.record().isPresent()) {
         journal.finish(s);
+        removed = remove;
       }
     } catch (RuntimeException e) {
       LOG.log(System.Logger.Level.WARNING, "leasebeat: finishing the journal record failed", e);
@@ -250,6 +257,16 @@ final class Settler {
     } finally {
       s.close();
     }
+    SettleResult res =
+        new SettleResult(
+            id,
+            key,
+            outcome,
+            last.code(),
+            written && !removed,
+            replayed,
+            decisions,
+            Optional.ofNullable(journalWarning));
     result.complete(res);
   }
 

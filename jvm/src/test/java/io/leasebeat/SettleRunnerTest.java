@@ -244,6 +244,38 @@ class SettleRunnerTest {
     }
   }
 
+  /**
+   * SP-3: the journal's partition becomes a plain file after the runner opened it, so every write
+   * fails; the commit still goes (one key), the result carries the journal's warning, and an
+   * exhausted settlement does not claim a record that was never written.
+   */
+  @Test
+  void aFailedJournalWriteStillSendsAndKeepsNothing() throws Exception {
+    try (ServeProcess serve = ServeProcess.start("--fault", "commit:*=503");
+        Heartbeat hb = hb(60_000, 2_000)) {
+      try (HeartbeatRunner runner =
+          builder(serve, hb, new Recorder()).settlementRetry(new Settlement.RetryPolicy(2, 50, 100)).build()) {
+        started(runner, hb);
+        Path part = runner.journal().orElseThrow().dir();
+        try (var walk = Files.walk(part)) {
+          for (Path p : walk.sorted(java.util.Comparator.reverseOrder()).toList()) {
+            Files.delete(p);
+          }
+        }
+        Files.writeString(part, "not a directory");
+        SettleResult r = runner.commit(ACTUAL).get(20, TimeUnit.SECONDS);
+        assertEquals(Settlement.Outcome.EXHAUSTED, r.outcome());
+        assertFalse(r.recordKept(), "nothing was written: nothing is kept");
+        assertTrue(r.journalWarning().orElseThrow().contains("journal "), r.journalWarning().toString());
+        List<JsonNode> commits = serve.requests("commit");
+        assertEquals(2, commits.size(), "the commit went anyway, retried");
+        assertEquals(r.key(), commits.get(0).path("header_key").textValue());
+        assertEquals(r.key(), commits.get(1).path("header_key").textValue());
+        assertEquals("not a directory", Files.readString(part));
+      }
+    }
+  }
+
   @Test
   void theJournalCanBeTurnedOff() throws Exception {
     try (ServeProcess serve = ServeProcess.start();
