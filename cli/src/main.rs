@@ -118,7 +118,10 @@ enum Command {
         /// number, reservation id, `header_key`, body, fault, status, response and outcome
         /// (`responded` | `dropped`); commit, release and events lines also carry `applied`
         /// (true only when that request changed the ledger for the first time: false for a
-        /// same-key replay, a refusal or a fault that answered without applying).
+        /// same-key replay, a refusal or a fault that answered without applying). A request
+        /// held by a `hold=MS` fault also logs an `"event":"held"` line when the hold begins
+        /// (request id, endpoint, reservation id, `header_key`, `hold_ms`), so a request whose
+        /// client was killed meanwhile is visible at once.
         #[arg(long)]
         log: Option<PathBuf>,
         /// Accept only this X-Cycles-API-Key (default: any non-empty key).

@@ -955,6 +955,20 @@ async fn respond(
     }
     if let Some(f) = fault {
         if f.hold_ms > 0 {
+            if s.logging() {
+                // The request's own line comes when it is answered (or
+                // dropped); this one shows it at once, so that a client
+                // killed during the hold still left a trace.
+                s.log(json!({
+                    "event": "held",
+                    "request_id": request_id,
+                    "endpoint": endpoint.as_str(),
+                    "reservation_id": id.clone(),
+                    "header_key": req.header("x-idempotency-key"),
+                    "hold_ms": f.hold_ms,
+                    "t_ms": s.now_ms(),
+                }));
+            }
             tokio::time::sleep(Duration::from_millis(f.hold_ms)).await;
         }
         if f.drop_before {

@@ -1021,8 +1021,25 @@ fn a_held_request_does_not_hold_up_others() {
             r#"{"idempotency_key":"e1","extend_by_ms":1000}"#,
         )
     });
-    // Wait until the held request has arrived (it is counted, not yet logged).
-    std::thread::sleep(Duration::from_millis(300));
+    // The held request is logged (`held`) as soon as its hold begins.
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let lines = loop {
+        let lines: Vec<Value> = std::fs::read_to_string(&serve.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok()) // a line being written is skipped
+            .collect();
+        if !lines.is_empty() {
+            break lines;
+        }
+        assert!(std::time::Instant::now() < until, "no held line");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["event"], "held");
+    assert_eq!(lines[0]["endpoint"], "extend");
+    assert_eq!(lines[0]["reservation_id"], "nope");
+    assert_eq!(lines[0]["hold_ms"], 3000);
     let (st, _) = raw(
         &serve.url,
         "/v1/reservations/nope/extend",
@@ -1032,15 +1049,13 @@ fn a_held_request_does_not_hold_up_others() {
     assert_eq!(st, 404);
     let answered = String::from_utf8(held.join().unwrap()).unwrap();
     assert!(answered.starts_with("HTTP/1.1 404"), "{answered}");
-    // The log is written in answer order: the second request first.
+    // Request lines are written in answer order: the second request first.
     let calls: Vec<u64> = std::fs::read_to_string(&serve.log)
         .unwrap()
         .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["call"]
-                .as_u64()
-                .unwrap()
-        })
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "request")
+        .map(|e| e["call"].as_u64().unwrap())
         .collect();
     assert_eq!(calls, vec![2, 1]);
 }

@@ -61,7 +61,11 @@ test('commit: journaled, the heartbeat keeps beating while the commit is held, a
   const commit = s.requests('commit')[0]
   const ext = s.requests('extend')
   assert.ok(ext.length > extendsBefore || ext.some((e) => e.arrived_ms > commit.arrived_ms), 'an extension went while the commit was held')
-  assert.ok(ext.every((e) => e.seq < s.log().find((x) => x.endpoint === 'commit').seq + 100))
+  assert.ok(ext.every((e) => e.seq < commit.seq + 100))
+  // serve logged the commit when its hold began, with the key it was answered for.
+  const held = s.log().filter((e) => e.event === 'held' && e.endpoint === 'commit')
+  assert.equal(held.length, 1)
+  assert.equal(held[0].header_key, commit.header_key)
   assert.deepEqual(JSON.parse(commit.body).metrics, { tokens_input: 5 })
   assert.deepEqual(records(dir), [])
   assert.deepEqual(s.lapses(), [])

@@ -533,11 +533,19 @@ class RecoveryTest {
         b.await("the replayed settlement", l -> l.startsWith("settled " + id + " committed replayed=true"), Duration.ofSeconds(30));
         b.awaitExit();
       }
-      // The first process's commit is still held by serve (logged only when answered).
+      // The first process's commit is still held by serve: its request line comes only when it
+      // is answered, its held line is there already.
       List<JsonNode> reqs = settlement(serve, id);
       assertEquals(List.of("commit"), endpoints(reqs), "expected_requests: commit_same_key_after_restart");
       oneKey(reqs); // new_tenant_credential_finds_record
       assertTrue(reqs.get(0).path("applied").asBoolean(), "new_tenant_credential_finds_record: applied");
+      List<JsonNode> held = serve.held("commit");
+      assertEquals(1, held.size(), "the killed process's commit reached serve: " + held);
+      assertEquals(id, held.get(0).path("reservation_id").textValue());
+      assertEquals(
+          reqs.get(0).path("header_key").textValue(),
+          held.get(0).path("header_key").textValue(),
+          "commit_same_key_after_restart: the replay used the killed process's key");
       assertEquals(List.of(), journalFiles(tmp, ".json"));
     }
   }

@@ -101,6 +101,17 @@ final class ServeProcess implements AutoCloseable {
         .collect(Collectors.toList());
   }
 
+  /**
+   * Held entries for one endpoint: a request a {@code hold=} fault is holding, logged when the
+   * hold begins (its request line comes when it is answered).
+   */
+  List<JsonNode> held(String endpoint) throws IOException {
+    return log().stream()
+        .filter(e -> "held".equals(e.path("event").textValue()))
+        .filter(e -> endpoint.equals(e.path("endpoint").textValue()))
+        .collect(Collectors.toList());
+  }
+
   /** Lapse entries: reservations that expired while still active. */
   List<JsonNode> lapses() throws IOException {
     return log().stream()
