@@ -734,6 +734,11 @@ public final class HeartbeatRunner implements AutoCloseable {
   private CompletableFuture<SettleResult> settle(
       java.util.function.Function<String, Settlement.Builder> how) {
     CompletableFuture<SettleResult> f;
+    Settler st;
+    // The settler is started outside this runner's lock: its decisions stop the heartbeat
+    // (ST-11) under the settler's lock, which then takes this one; holding this lock while the
+    // start takes the settler's would invert the order and could deadlock when the answer is
+    // quick.
     synchronized (this) {
       if (settlement != null) {
         return settlement;
@@ -754,11 +759,12 @@ public final class HeartbeatRunner implements AutoCloseable {
           how.apply(id.get()).retry(settlementRetry).baseUrl(journal == null ? "" : journal.baseUrl());
       Settlement s = b.build(System.nanoTime(), System.currentTimeMillis());
       String rid = id.get();
-      Settler st =
+      Settler created =
           new Settler(
               s, journal, transport, executor, attemptTimeoutNs(), false, d -> settlementDecided(rid, d));
+      st = created;
       settling.add(st);
-      f = st.start().whenComplete((r, ex) -> settled(st, r));
+      f = st.result().whenComplete((r, ex) -> settled(created, r));
       if (failurePolicy == HeartbeatFailurePolicy.FAIL_ON_FINALIZE) {
         f =
             f.thenCompose(
@@ -774,6 +780,7 @@ public final class HeartbeatRunner implements AutoCloseable {
       }
       settlement = f;
     }
+    st.start();
     return f;
   }
 
@@ -982,6 +989,10 @@ public final class HeartbeatRunner implements AutoCloseable {
   /**
    * Stops the heartbeat like {@link #stop()}, then commits the reservation with this actual amount
    * (instead of any release). Only the first stop call decides what happens.
+   *
+   * <p><b>One attempt, not journaled:</b> a lost response, a 5xx or a 429 loses the usage, and
+   * after expiry there is no event fallback. Use {@link #commit(String)}, which journals the
+   * usage, retries with one key and keeps the heartbeat until the outcome is final.
    *
    * <p>After the runner stopped by itself (e.g. {@code expired}, {@code max_extensions}) without
    * sending a release or commit, this sends the commit now, and the returned future completes once

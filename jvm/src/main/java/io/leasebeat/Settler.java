@@ -60,6 +60,9 @@ final class Settler {
   /** Starts driving (on the executor); the future completes once the settlement is done. */
   CompletableFuture<SettleResult> start() {
     synchronized (this) {
+      if (ended) {
+        return result; // abandoned (the runner closed) before it started
+      }
       decided(s.lastDecision());
     }
     later(this::step, 0);

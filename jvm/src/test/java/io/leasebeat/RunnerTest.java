@@ -10,6 +10,7 @@ import java.net.URI;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
@@ -57,6 +58,74 @@ class RunnerTest {
                 .receivedNanos(received)
                 .response(Response.of(200).withBody(OK_4000))
                 .build());
+  }
+
+  /**
+   * A settlement answered while the thread that asked for it is still starting it. The answer's
+   * stop_heartbeat (ST-11) takes the runner's lock under the settler's, so starting a settlement
+   * must not hold the runner's lock while it takes the settler's (the order was inverted once, and
+   * a quick release answer under load deadlocked the caller). The executor holds the caller until
+   * the release is inside the transport, and the transport answers only after a pause in which the
+   * caller reaches the settler's lock.
+   */
+  @Test
+  void aSettlementAnsweredWhileItStartsDoesNotDeadlock() throws Exception {
+    CountDownLatch inSend = new CountDownLatch(1);
+    Transport t =
+        call -> {
+          if (call.endpoint() != Transport.Endpoint.RELEASE) {
+            return new CompletableFuture<>(); // extensions stay in flight
+          }
+          inSend.countDown();
+          try {
+            Thread.sleep(300);
+          } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+          }
+          return CompletableFuture.completedFuture(
+              Response.of(200).withBody("{\"status\":\"RELEASED\",\"released\":{\"unit\":\"TOKENS\",\"amount\":0}}"));
+        };
+    final class Gated extends ScheduledThreadPoolExecutor {
+      volatile Thread gated;
+
+      Gated() {
+        super(2);
+      }
+
+      @Override
+      public java.util.concurrent.ScheduledFuture<?> schedule(Runnable task, long delay, TimeUnit unit) {
+        java.util.concurrent.ScheduledFuture<?> f = super.schedule(task, delay, unit);
+        if (Thread.currentThread() == gated) {
+          gated = null;
+          try {
+            inSend.await(5, TimeUnit.SECONDS);
+          } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+          }
+        }
+        return f;
+      }
+    }
+    Gated executor = new Gated();
+    try {
+      Adopted a = adopted(System.nanoTime());
+      try (Heartbeat hb = a.heartbeat()) {
+        HeartbeatRunner r = HeartbeatRunner.builder(hb, t).executor(executor).noJournal().build();
+        r.start();
+        SettleResult res =
+            org.junit.jupiter.api.Assertions.assertTimeoutPreemptively(
+                Duration.ofSeconds(20),
+                () -> {
+                  executor.gated = Thread.currentThread();
+                  return r.release("done").get(10, TimeUnit.SECONDS);
+                },
+                "the release deadlocked its caller");
+        assertEquals(Settlement.Outcome.RELEASED, res.outcome());
+        assertEquals(Optional.of(StopReason.CANCELLED), r.result().get(10, TimeUnit.SECONDS).stopReason());
+      }
+    } finally {
+      executor.shutdownNow();
+    }
   }
 
   @Test
