@@ -271,6 +271,9 @@ def make_clients(a, url, ttl, timeout, extends, fin, which=None):
     ]
     for c in clients:
         c.budget_ms = min(timeout, 1000) if c.name == "c-agent" else timeout
+        # The runners journal their settlements by default (~/.runcycles/commit-journal): the
+        # stage keeps them in its work directory instead.
+        c.env.setdefault("CYCLES_JOURNAL_DIR", os.path.join(w, "journal"))
     if which:
         clients = [c for c in clients if c.name in which]
     return clients

@@ -8,7 +8,6 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
 import java.util.OptionalLong;
-import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
@@ -33,7 +32,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  *         .listener(myListener).releaseOnStop(true).build()) {
  *   CompletableFuture<Decision> stopped = runner.start();
  *   doTheWork();
- *   runner.stopAndCommit("{\"unit\":\"TOKENS\",\"amount\":812}").join();  // or runner.stop()
+ *   runner.commit("{\"unit\":\"TOKENS\",\"amount\":812}").join();  // journaled; or runner.stop()
  * }
  * hb.close();
  * }</pre>
@@ -74,8 +73,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * {@link #stop()} (or {@link #stopAndCommit(String)}, or {@link #close()}) may be called from any
  * thread, any number of times, at any moment: the first call cancels the heartbeat (unless it
  * already stopped), ignores any in-flight attempt's late outcome, and, if enabled, releases (or
- * commits) the reservation through the transport; the future of {@link #start()} then completes
- * with the stop decision. The runner does not close the heartbeat: its owner does.
+ * commits) the reservation through a {@link Settlement} (one key and its retries; a commit is
+ * journaled first); the future of {@link #start()} then completes with the stop decision, once that
+ * settlement ended. The runner does not close the heartbeat: its owner does.
  *
  * <p>Threads: every callback runs on the executor or on the transport's completion threads, one at
  * a time per runner. Listeners must not block; what they throw is logged and ignored.
@@ -116,12 +116,18 @@ public final class HeartbeatRunner implements AutoCloseable {
     default void onStop(Optional<String> reservationId, Decision stop) {}
 
     /**
-     * The release or commit sent on stop got this answer.
+     * The release ({@link Builder#releaseOnStop(boolean)}) or commit ({@link
+     * HeartbeatRunner#stopAndCommit(String)}) on stop ended (after {@link #onSettled}): the last
+     * attempt's answer. Not called for {@link HeartbeatRunner#commit} and {@link
+     * HeartbeatRunner#release}, whose futures carry the result.
      *
-     * @param endpoint {@link Transport.Endpoint#RELEASE} or {@link Transport.Endpoint#COMMIT}
+     * @param endpoint the last attempt's endpoint: {@link Transport.Endpoint#RELEASE}, {@link
+     *     Transport.Endpoint#COMMIT}, or {@link Transport.Endpoint#EVENT} after the expired-commit
+     *     fallback
      * @param reservationId the reservation
-     * @param response the response, or empty if the call failed
-     * @param failure the failure, or empty if a response arrived
+     * @param response the last response, or empty if the last attempt failed
+     * @param failure the last attempt's failure ({@link TransportFailure#TIMEOUT} too when no answer
+     *     came before the runner was closed), or empty if a response arrived
      */
     default void onFinalized(
         Transport.Endpoint endpoint,
@@ -334,11 +340,14 @@ public final class HeartbeatRunner implements AutoCloseable {
     }
 
     /**
-     * Release the reservation through the transport once the heartbeat stopped (any stop, unless
-     * the server already said it is gone: finalized, not found), so that it never lapses while
-     * still active. After {@code expired} the release is sent all the same: a server may accept it
-     * for a grace period after expiry; its answer goes to {@link Listener#onFinalized}. Default false. {@link HeartbeatRunner#stopAndCommit(String)} commits
-     * instead.
+     * Release the reservation once the heartbeat stopped (any stop, unless the server already said
+     * it is gone: finalized, not found, or a {@link HeartbeatRunner#commit} or {@link
+     * HeartbeatRunner#release} was started), so that it never lapses while still active. The
+     * release goes through a {@link Settlement} (one key, its retries; not journaled: it carries no
+     * usage). After {@code expired} it is sent all the same: a server may accept it for a grace
+     * period after expiry. Its result goes to {@link Listener#onSettled} and {@link
+     * Listener#onFinalized}, and then the future of {@link HeartbeatRunner#start()} completes.
+     * Default false. {@link HeartbeatRunner#stopAndCommit(String)} commits instead.
      *
      * @param release whether to release
      * @return this builder
@@ -349,7 +358,9 @@ public final class HeartbeatRunner implements AutoCloseable {
     }
 
     /**
-     * The deadline of the release or commit on stop. Default 10 s.
+     * The deadline of each settlement attempt when the heartbeat has no request timeout (with one,
+     * the heartbeat's enforced attempt budget is used), and how long {@link HeartbeatRunner#close()}
+     * waits for settlements before it leaves them to the journal. Default 10 s.
      *
      * @param timeout the deadline, positive
      * @return this builder
@@ -755,15 +766,8 @@ public final class HeartbeatRunner implements AutoCloseable {
       if (id.isEmpty()) {
         throw new IllegalStateException("leasebeat: the lease has no reservation to settle");
       }
-      Settlement.Builder b =
-          how.apply(id.get()).retry(settlementRetry).baseUrl(journal == null ? "" : journal.baseUrl());
-      Settlement s = b.build(System.nanoTime(), System.currentTimeMillis());
-      String rid = id.get();
-      Settler created =
-          new Settler(
-              s, journal, transport, executor, attemptTimeoutNs(), false, d -> settlementDecided(rid, d));
+      Settler created = settler(id.get(), how.apply(id.get()));
       st = created;
-      settling.add(st);
       f = st.result().whenComplete((r, ex) -> settled(created, r));
       if (failurePolicy == HeartbeatFailurePolicy.FAIL_ON_FINALIZE) {
         f =
@@ -782,6 +786,23 @@ public final class HeartbeatRunner implements AutoCloseable {
     }
     st.start();
     return f;
+  }
+
+  /**
+   * A settler for the lease's own settlement of {@code rid} (not started), counted in progress.
+   *
+   * @throws LeaseException {@code INVALID_CONFIG} for a body the core refuses
+   */
+  private Settler settler(String rid, Settlement.Builder b) {
+    Settlement s =
+        b.retry(settlementRetry)
+            .baseUrl(journal == null ? "" : journal.baseUrl())
+            .build(System.nanoTime(), System.currentTimeMillis());
+    Settler st =
+        new Settler(
+            s, journal, transport, executor, attemptTimeoutNs(), false, d -> settlementDecided(rid, d));
+    settling.add(st);
+    return st;
   }
 
   /** The deadline of one settlement attempt: the heartbeat's enforced budget, else the finalize timeout. */
@@ -990,23 +1011,34 @@ public final class HeartbeatRunner implements AutoCloseable {
    * Stops the heartbeat like {@link #stop()}, then commits the reservation with this actual amount
    * (instead of any release). Only the first stop call decides what happens.
    *
-   * <p><b>One attempt, not journaled:</b> a lost response, a 5xx or a 429 loses the usage, and
-   * after expiry there is no event fallback. Use {@link #commit(String)}, which journals the
-   * usage, retries with one key and keeps the heartbeat until the outcome is final.
+   * <p>The commit goes through the same {@link Settlement} and journal as {@link #commit(String)}:
+   * the usage is journaled before the commit leaves, the commit is retried with one key as the
+   * settlement decides, a 410 / {@code RESERVATION_EXPIRED} falls back to {@code POST /v1/events}
+   * when the subject and action are known ({@link Builder#event(String)}, or the create request),
+   * and what stays unresolved stays journaled for the next replay. The difference: the heartbeat
+   * stops <em>before</em> the commit, so a commit retried past the lease's expiry lands on the
+   * event fallback; {@link #commit(String)} keeps the lease alive until the outcome is final (ST-11)
+   * and returns the {@link SettleResult}. Its result also reaches {@link Listener#onSettled}; the
+   * last attempt's answer reaches {@link Listener#onFinalized}, and then the returned future
+   * completes.
    *
    * <p>After the runner stopped by itself (e.g. {@code expired}, {@code max_extensions}) without
-   * sending a release or commit, this sends the commit now, and the returned future completes once
-   * its outcome was reported to {@link Listener#onFinalized}. Where it cannot (a release was
-   * already sent, no reservation, or the server ended it: finalized, not found), nothing is sent,
-   * a warning is logged and the runner's completed future is returned.
+   * starting a release or commit, this commits now. Where it cannot (a release or commit was
+   * already started, no reservation, or the server ended it: finalized, not found), nothing is
+   * sent, a warning is logged and the runner's completed future is returned.
    *
    * @param actualJson the commit's {@code actual} member: an Amount JSON object, e.g. {@code
    *     {"unit":"TOKENS","amount":812}}
    * @return the future of {@link #start()}
+   * @throws LeaseException {@code INVALID_CONFIG} for a body the core refuses (not JSON, an amount
+   *     beyond 2^63-1, ...): nothing is stopped, sent or written
    */
   public CompletableFuture<Decision> stopAndCommit(String actualJson) {
     Objects.requireNonNull(actualJson, "actualJson");
-    Utf8.encode(actualJson, "actualJson");
+    // Checked before anything stops: the core refuses a body it would not send.
+    Settlement.commit("stop-and-commit", "{\"actual\":" + actualJson + "}")
+        .build(System.nanoTime(), System.currentTimeMillis())
+        .close();
     return stop(actualJson);
   }
 
@@ -1025,8 +1057,8 @@ public final class HeartbeatRunner implements AutoCloseable {
         Decision d = done.getNow(last);
         Optional<String> id = d == null ? Optional.empty() : d.reservationId();
         String why = null;
-        if (finalizeSent) {
-          why = "a release or commit was already sent";
+        if (finalizeSent || settlement != null) {
+          why = "a release or commit was already started";
         } else if (id.isEmpty()) {
           why = "the lease has no reservation";
         } else if (gone(d)) {
@@ -1037,7 +1069,7 @@ public final class HeartbeatRunner implements AutoCloseable {
           return done;
         }
         CompletableFuture<Decision> late = new CompletableFuture<>();
-        sendFinalize(d, id.get(), late);
+        settleOnStop(d, id.get(), late);
         return late;
       }
       abandonInFlight();
@@ -1362,7 +1394,7 @@ public final class HeartbeatRunner implements AutoCloseable {
       done.complete(d);
       return;
     }
-    sendFinalize(d, id.get(), done);
+    settleOnStop(d, id.get(), done);
   }
 
   private static StopReason reasonOf(Decision d) {
@@ -1379,50 +1411,57 @@ public final class HeartbeatRunner implements AutoCloseable {
     return reason == StopReason.FINALIZED || reason == StopReason.NOT_FOUND;
   }
 
-  /** Sends the release or commit for stop {@code d}; completes {@code whenDone} after reporting. */
-  private void sendFinalize(Decision d, String rid, CompletableFuture<Decision> whenDone) {
+  /**
+   * The release ({@link Builder#releaseOnStop(boolean)}) or commit ({@link #stopAndCommit(String)})
+   * after stop {@code d}, under this lock: through a {@link Settlement} like {@link #commit} and
+   * {@link #release} (the commit journaled first, one key, the settlement's retries, the event
+   * fallback after expiry when the subject and action are known). It is started on the executor,
+   * outside this lock (see {@link #settle}). Once it ended, {@link Listener#onSettled} and then
+   * {@link Listener#onFinalized} (with the last attempt's answer) are called and {@code whenDone}
+   * completes with {@code d}.
+   */
+  private void settleOnStop(Decision d, String rid, CompletableFuture<Decision> whenDone) {
     finalizeSent = true;
     boolean commit = commitActual != null;
-    Optional<String> id = Optional.of(rid);
-    String key = UUID.randomUUID().toString();
-    String body =
-        commit
-            ? "{\"idempotency_key\":\"" + key + "\",\"actual\":" + commitActual + "}"
-            : "{\"idempotency_key\":\"" + key + "\"}";
     Transport.Endpoint ep = commit ? Transport.Endpoint.COMMIT : Transport.Endpoint.RELEASE;
-    Transport.Call call =
-        new Transport.Call(
-            ep,
-            "/v1/reservations/" + encodeSegment(rid) + (commit ? "/commit" : "/release"),
-            id,
-            key,
-            body.getBytes(StandardCharsets.UTF_8),
-            System.nanoTime() + finalizeTimeoutNs);
-    CompletableFuture<Response> f;
+    Settler st;
     try {
-      f = Objects.requireNonNull(transport.send(call), "the transport returned null");
+      st =
+          settler(
+              rid,
+              commit
+                  ? Settlement.commit(rid, "{\"actual\":" + commitActual + "}").event(eventJson)
+                  : Settlement.release(rid));
     } catch (RuntimeException e) {
-      f = CompletableFuture.failedFuture(e);
+      // stopAndCommit checked the body before stopping; only a closed heartbeat's library state
+      // could refuse it here. Reported, never thrown on the thread that stopped.
+      LOG.log(System.Logger.Level.ERROR, "leasebeat: the settlement on stop could not be built", e);
+      whenDone.complete(d);
+      return;
     }
-    Decision stop = d;
-    f.orTimeout(finalizeTimeoutNs, TimeUnit.NANOSECONDS)
-        .whenComplete(
-            (r, ex) -> {
-              try {
-                safely(
-                    () ->
-                        listener.onFinalized(
-                            ep,
-                            rid,
-                            Optional.ofNullable(r),
-                            ex == null
-                                ? Optional.empty()
-                                : Optional.of(TransportException.classify(ex))),
-                    "onFinalized");
-              } finally {
-                whenDone.complete(stop);
-              }
-            });
+    CompletableFuture<SettleResult> f = st.result().whenComplete((r, ex) -> settled(st, r));
+    settlement = f;
+    f.whenComplete(
+        (r, ex) -> {
+          Settler.Answer a = st.lastAnswer();
+          Optional<TransportFailure> failure =
+              a.response().isPresent()
+                  ? Optional.empty()
+                  : Optional.of(a.failure().orElse(TransportFailure.TIMEOUT));
+          try {
+            safely(
+                () -> listener.onFinalized(a.endpoint().orElse(ep), rid, a.response(), failure),
+                "onFinalized");
+          } finally {
+            whenDone.complete(d);
+          }
+        });
+    try {
+      executor.execute(st::start);
+    } catch (java.util.concurrent.RejectedExecutionException e) {
+      LOG.log(System.Logger.Level.WARNING, "leasebeat: the executor refused the settlement on stop", e);
+      st.abandon("the executor refused to start the settlement");
+    }
   }
 
   /**

@@ -38,6 +38,17 @@ final class Settler {
   private Future<Response> call;
   private ScheduledFuture<?> timer;
   private boolean ended;
+  // The last attempt's endpoint and what it got (a response or a failure), for the runner's
+  // legacy onFinalized report.
+  private Transport.Endpoint lastEndpoint;
+  private Response lastResponse;
+  private TransportFailure lastFailure;
+
+  /** The last attempt's endpoint and answer (both empty before any answer). */
+  record Answer(
+      Optional<Transport.Endpoint> endpoint,
+      Optional<Response> response,
+      Optional<TransportFailure> failure) {}
 
   Settler(
       Settlement s,
@@ -71,6 +82,20 @@ final class Settler {
 
   CompletableFuture<SettleResult> result() {
     return result;
+  }
+
+  /**
+   * The endpoint of the last attempt sent and its answer: a response, or the transport failure it
+   * ended with (an attempt cancelled by {@link #abandon} counts as {@link TransportFailure#TIMEOUT}:
+   * the runner stopped waiting for it).
+   */
+  synchronized Answer lastAnswer() {
+    TransportFailure f = lastFailure;
+    if (lastEndpoint != null && lastResponse == null && f == null) {
+      f = TransportFailure.TIMEOUT; // sent, never answered
+    }
+    return new Answer(
+        Optional.ofNullable(lastEndpoint), Optional.ofNullable(lastResponse), Optional.ofNullable(f));
   }
 
   /** Stops driving: the record stays as it is on disk (for the next replay); the claim is freed. */
@@ -207,6 +232,9 @@ final class Settler {
     Transport.Call c = new Transport.Call(ep, path, Optional.of(id), at.key(), at.body(), deadline);
     long attemptId = at.id();
     inFlight = attemptId;
+    lastEndpoint = ep;
+    lastResponse = null;
+    lastFailure = null;
     CompletableFuture<Response> f;
     try {
       f = Objects.requireNonNull(transport.send(c), "the transport returned null");
@@ -226,12 +254,14 @@ final class Settler {
     }
     inFlight = 0;
     call = null;
+    lastResponse = r;
+    lastFailure = r != null ? null : TransportException.classify(ex);
     try {
       long now = System.nanoTime();
       decided(
           r != null
               ? s.handleResponse(attemptId, r, now, System.currentTimeMillis())
-              : s.handleFailure(attemptId, TransportException.classify(ex), now));
+              : s.handleFailure(attemptId, lastFailure, now));
     } catch (RuntimeException e) {
       fail(e);
       return;

@@ -42,6 +42,22 @@ class RunnerTest {
       return calls.get(i);
     }
 
+    /** Waits (at most 10 s) until call {@code i} was sent: settlements start on the executor. */
+    Call awaitCall(int i) throws InterruptedException {
+      long end = System.nanoTime() + 10_000_000_000L;
+      while (true) {
+        synchronized (this) {
+          if (calls.size() > i) {
+            return calls.get(i);
+          }
+        }
+        if (System.nanoTime() - end > 0) {
+          throw new AssertionError("call " + i + " was never sent");
+        }
+        Thread.sleep(5);
+      }
+    }
+
     synchronized CompletableFuture<Response> future(int i) {
       return futures.get(i);
     }
@@ -212,14 +228,24 @@ class RunnerTest {
       assertEquals("/v1/reservations/r%201%2Fx/extend", extend.path(), "the id is percent-encoded");
       assertEquals("r 1/x", extend.reservationId().orElseThrow());
       CompletableFuture<Decision> done = r.stopAndCommit("{\"unit\":\"TOKENS\",\"amount\":812}");
-      assertEquals(Transport.Endpoint.COMMIT, t.call(1).endpoint());
-      String body = new String(t.call(1).body(), java.nio.charset.StandardCharsets.UTF_8);
-      assertTrue(body.contains("\"actual\":{\"unit\":\"TOKENS\",\"amount\":812}"), body);
-      assertTrue(body.contains("\"idempotency_key\":\"" + t.call(1).idempotencyKey() + "\""), body);
-      assertFalse(done.isDone(), "completes after the commit answered");
-      t.future(1).complete(Response.of(200).withBody("{}"));
+      assertEquals(Transport.Endpoint.COMMIT, t.awaitCall(1).endpoint());
+      com.fasterxml.jackson.databind.JsonNode body = VectorReplay.MAPPER.readTree(t.call(1).body());
+      assertEquals(
+          VectorReplay.MAPPER.readTree("{\"unit\":\"TOKENS\",\"amount\":812}"), body.get("actual"), body::toString);
+      assertEquals(t.call(1).idempotencyKey(), body.get("idempotency_key").textValue());
+      // Issue 27: the commit on stop is a settlement: a 503 is retried with the same key and body.
+      t.future(1).complete(Response.of(503).withBody("{\"error\":\"INTERNAL_ERROR\",\"message\":\"m\",\"request_id\":\"q\"}"));
+      Transport.Call retry = t.awaitCall(2);
+      assertEquals(Transport.Endpoint.COMMIT, retry.endpoint());
+      assertEquals(t.call(1).idempotencyKey(), retry.idempotencyKey(), "one key for the settlement");
+      assertEquals(body, VectorReplay.MAPPER.readTree(retry.body()));
+      assertFalse(done.isDone(), "completes after the commit's outcome is final");
+      assertTrue(finalized.isEmpty());
+      t.future(2).complete(
+          Response.of(200).withBody("{\"status\":\"COMMITTED\",\"charged\":{\"unit\":\"TOKENS\",\"amount\":812}}"));
       assertEquals(StopReason.CANCELLED, done.get(5, TimeUnit.SECONDS).stopReason().orElseThrow());
       assertEquals(List.of("COMMIT r 1/x 200"), finalized);
+      assertEquals(3, t.calls.size());
     }
   }
 

@@ -103,6 +103,81 @@ class SettleRunnerTest {
     }
   }
 
+  /**
+   * The legacy stop path ({@code stopAndCommit}) settles like {@code commit}: the record is on disk
+   * before the first commit reaches the server (J-1), a 503 is retried with the same key, a 410
+   * RESERVATION_EXPIRED falls back to {@code POST /v1/events} with the create's subject and action,
+   * the record is removed once applied, and only then are onSettled and onFinalized called and the
+   * stop future completed. No release is sent: the commit replaces it. Asserted from serve's log.
+   */
+  @Test
+  void stopAndCommitSettlesThroughTheJournal() throws Exception {
+    try (ServeProcess serve =
+            ServeProcess.start("--fault", "commit:1=hold=800,503", "--fault", "commit:2=410:RESERVATION_EXPIRED");
+        Heartbeat hb = hb(60_000, 2_000)) {
+      Recorder rec = new Recorder();
+      try (HeartbeatRunner runner = builder(serve, hb, rec).releaseOnStop(true).build()) {
+        String id = started(runner, hb);
+        CompletableFuture<Decision> done = runner.stopAndCommit(ACTUAL);
+        RunnerServerTest.waitUntil("the first commit held by serve", () -> {
+          try {
+            return !serve.held("commit").isEmpty();
+          } catch (java.io.IOException e) {
+            return false;
+          }
+        }, Duration.ofSeconds(10));
+        assertEquals(1, RecoveryTest.journalFiles(tmp, ".json").size(), "J-1: journaled before it was sent");
+        assertFalse(done.isDone(), "the stop future waits for the commit's outcome");
+        Decision stop = done.get(30, TimeUnit.SECONDS);
+        assertEquals(java.util.Optional.of(StopReason.CANCELLED), stop.stopReason());
+        assertEquals(1, rec.settled.size(), rec.settled.toString());
+        SettleResult r = rec.settled.get(0);
+        assertEquals(Settlement.Outcome.APPLIED, r.outcome());
+        assertEquals(id, r.reservationId());
+        assertFalse(r.recordKept());
+        assertEquals(List.of("EVENT"), rec.finalized, "the last attempt's endpoint");
+        List<JsonNode> reqs = RecoveryTest.settlement(serve, id);
+        assertEquals(List.of("commit", "commit", "events"), RecoveryTest.endpoints(reqs));
+        assertEquals(r.key(), RecoveryTest.oneKey(reqs.subList(0, 2)));
+        RecoveryTest.appliedOnce(reqs);
+        JsonNode event = RecoveryTest.body(reqs.get(2));
+        assertEquals(VectorReplay.MAPPER.readTree(ACTUAL), event.get("actual"));
+        assertTrue(event.has("subject") && event.has("action"), event::toString);
+        assertEquals(List.of(), serve.requests("release"), "the commit replaces the release on stop");
+        assertEquals(List.of(), RecoveryTest.journalFiles(tmp, ".json"), "J-5: removed once applied");
+        // At most one settlement: a later commit() returns the same, ended, settlement.
+        assertEquals(r, runner.commit(ACTUAL).get(1, TimeUnit.SECONDS));
+      }
+    }
+  }
+
+  /**
+   * A release on stop that the server never answers in time: retried with one key as the
+   * settlement decides, reported to onFinalized with the last answer; the stop future completes
+   * after it.
+   */
+  @Test
+  void releaseOnStopIsRetriedWithOneKey() throws Exception {
+    try (ServeProcess serve = ServeProcess.start("--fault", "release:1-2=503");
+        Heartbeat hb = hb(60_000, 2_000)) {
+      Recorder rec = new Recorder();
+      try (HeartbeatRunner runner = builder(serve, hb, rec).releaseOnStop(true).build()) {
+        String id = started(runner, hb);
+        Decision stop = runner.stop().get(30, TimeUnit.SECONDS);
+        assertEquals(java.util.Optional.of(StopReason.CANCELLED), stop.stopReason());
+        List<JsonNode> rel = serve.requests("release");
+        assertEquals(3, rel.size());
+        for (JsonNode e : rel) {
+          assertEquals(id, e.path("reservation_id").textValue());
+          assertEquals(rel.get(0).path("header_key").textValue(), e.path("header_key").textValue());
+        }
+        assertEquals(Settlement.Outcome.RELEASED, rec.settled.get(0).outcome());
+        assertEquals(List.of("RELEASE"), rec.finalized);
+        assertEquals(List.of(), RecoveryTest.journalFiles(tmp, ".json"), "a release is not journaled");
+      }
+    }
+  }
+
   @Test
   void aReleaseSettlesWithOneKey() throws Exception {
     try (ServeProcess serve = ServeProcess.start("--fault", "release:1=503");
@@ -307,6 +382,9 @@ class SettleRunnerTest {
         e = assertThrows(LeaseException.class,
             () -> runner.commit("{\"unit\":\"TOKENS\",\"amount\":9223372036854775808}"));
         assertEquals(LeaseException.Code.INVALID_CONFIG, e.code());
+        e = assertThrows(LeaseException.class, () -> runner.stopAndCommit("{\"unit\":\"TOKENS\",\"amount\":"));
+        assertEquals(LeaseException.Code.INVALID_CONFIG, e.code());
+        assertFalse(runner.result().isDone(), "a refused stopAndCommit stops nothing");
         assertEquals(List.of(), serve.requests("commit"), "nothing sent");
         assertEquals(List.of(), RecoveryTest.journalFiles(tmp, ".json"), "nothing written");
         assertEquals(Settlement.Outcome.COMMITTED, runner.commit(ACTUAL).get(20, TimeUnit.SECONDS).outcome());
