@@ -2107,6 +2107,26 @@ enum lb_status lb_driver_start_for_reservation(const struct lb_driver *driver,
 enum lb_status lb_driver_cancel(const struct lb_driver *driver, lb_lease_id lease_id);
 
 /**
+ * Drops what the driver keeps of a lease after its heartbeat stopped without
+ * a settlement (its reservation id, server and event body: about 100 bytes,
+ * kept so that a stopped lease can still be committed or released). A
+ * long-running driver that lets leases stop unsettled (cancelled and
+ * abandoned, or settled elsewhere) calls this so that it does not grow. A
+ * lease still running is cancelled first (its `cancelled` decision and
+ * stopped event follow on the callback); a lease whose settlement is in
+ * progress is left alone (the driver drops it once the settlement ended);
+ * forgetting a lease twice is accepted. Afterwards
+ * lb_driver_commit_lease() and lb_driver_release_lease() of it fail with
+ * `LB_STATUS_INVALID_ARGUMENT` (unknown lease): forget only a lease whose
+ * reservation is settled elsewhere or abandoned on purpose (it then holds
+ * its budget until it expires).
+ *
+ * Errors: `LB_STATUS_INVALID_ARGUMENT` (a lease id this driver never
+ * returned), `LB_STATUS_SHUT_DOWN`, `LB_STATUS_NULL_ARGUMENT`.
+ */
+enum lb_status lb_driver_forget(const struct lb_driver *driver, lb_lease_id lease_id);
+
+/**
  * Releases a reservation, on the calling thread, as a settlement (ST-9, SP-1):
  * `POST {base_url}/v1/reservations/{reservation_id}/release` with `reason` (NUL-terminated
  * UTF-8, or NULL for none), one idempotency key for every attempt, retried on timeouts,

@@ -1418,6 +1418,97 @@ fn hp1_callback_and_fail_on_finalize() {
     driver.shutdown();
 }
 
+/// Waits for `lease`'s `Stopped` event; returns its reason.
+fn stopped_of(events: &Receiver<Event>, lease: LeaseHandle, seen: &mut Vec<Event>) -> StopReason {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let e = events
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+            .expect("the lease's stop");
+        let reason = match &e {
+            Event::Stopped {
+                lease: l, reason, ..
+            } if *l == lease => Some(*reason),
+            _ => None,
+        };
+        seen.push(e);
+        if let Some(r) = reason {
+            return r;
+        }
+    }
+}
+
+/// `Driver::forget`: a stopped lease's record is dropped (it can no longer
+/// be settled: `UnknownLease`); a running lease is cancelled first; a lease
+/// whose settlement is in progress is left alone and settles. Nothing is
+/// sent for a forgotten lease (serve's log).
+#[test]
+fn forget_drops_a_stopped_lease_and_leaves_a_settling_one_alone() {
+    let serve = Serve::start(&["--fault", "commit:1=hold=500"]);
+    let dir = tempdir();
+    let (driver, events) = Driver::new(config(&serve.url, dir.path())).unwrap();
+    let mut seen = Vec::new();
+    // Stopped (cancelled), then forgotten.
+    let a = driver.start(lease_config(60_000)).unwrap();
+    reservation_of(&events, a, &mut seen);
+    driver.cancel(a).unwrap();
+    assert_eq!(stopped_of(&events, a, &mut seen), StopReason::Cancelled);
+    driver.forget(a).unwrap();
+    driver.forget(a).unwrap(); // twice: accepted
+    assert_eq!(
+        driver.commit(a, usage()).unwrap_err(),
+        DriverError::UnknownLease(a)
+    );
+    // Running: forget cancels it, then drops it.
+    let b = driver.start(lease_config(60_000)).unwrap();
+    reservation_of(&events, b, &mut seen);
+    driver.forget(b).unwrap();
+    assert_eq!(stopped_of(&events, b, &mut seen), StopReason::Cancelled);
+    assert_eq!(
+        driver.release(b, None).unwrap_err(),
+        DriverError::UnknownLease(b)
+    );
+    // Settling: left alone; the commit (held 500 ms by serve) settles.
+    let c = driver.start(lease_config(60_000)).unwrap();
+    let c_id = reservation_of(&events, c, &mut seen);
+    let s = driver.commit(c, usage()).unwrap();
+    driver.forget(c).unwrap();
+    let r = s.wait().expect("the settlement's end");
+    assert_eq!(r.outcome, SettleOutcome::Committed);
+    // Its heartbeat ran until the commit's stop_heartbeat (ST-11), not the forget.
+    assert_eq!(stopped_of(&events, c, &mut seen), StopReason::Cancelled);
+    let said_stop = seen
+        .iter()
+        .position(|e| {
+            matches!(e, Event::Settlement { lease: l, decision, .. }
+                if *l == c && decision.stop_heartbeat)
+        })
+        .expect("a settlement decision said stop_heartbeat");
+    let stopped = seen
+        .iter()
+        .position(|e| matches!(e, Event::Stopped { lease: l, .. } if *l == c))
+        .unwrap();
+    assert!(
+        said_stop < stopped,
+        "stopped by the settlement, not by forget"
+    );
+    let settled_ids: Vec<String> = serve
+        .settlements()
+        .iter()
+        .map(|e| e["reservation_id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        settled_ids,
+        vec![c_id],
+        "nothing sent for a forgotten lease"
+    );
+    assert_eq!(
+        driver.commit(LeaseHandle(999), usage()).unwrap_err(),
+        DriverError::UnknownLease(LeaseHandle(999))
+    );
+    driver.forget(LeaseHandle(999)).unwrap(); // unknown: accepted, nothing happens
+}
+
 /// Bad input gets typed errors: a body that is not JSON, an amount beyond
 /// 2^63, a lease without a reservation, a second settlement, an unknown
 /// lease, a journal directory that is a symlink, the journal opt-out.

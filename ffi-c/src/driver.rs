@@ -749,6 +749,40 @@ pub extern "C" fn lb_driver_cancel(driver: *const lb_driver, lease_id: lb_lease_
     })
 }
 
+/// Drops what the driver keeps of a lease after its heartbeat stopped without
+/// a settlement (its reservation id, server and event body: about 100 bytes,
+/// kept so that a stopped lease can still be committed or released). A
+/// long-running driver that lets leases stop unsettled (cancelled and
+/// abandoned, or settled elsewhere) calls this so that it does not grow. A
+/// lease still running is cancelled first (its `cancelled` decision and
+/// stopped event follow on the callback); a lease whose settlement is in
+/// progress is left alone (the driver drops it once the settlement ended);
+/// forgetting a lease twice is accepted. Afterwards
+/// lb_driver_commit_lease() and lb_driver_release_lease() of it fail with
+/// `LB_STATUS_INVALID_ARGUMENT` (unknown lease): forget only a lease whose
+/// reservation is settled elsewhere or abandoned on purpose (it then holds
+/// its budget until it expires).
+///
+/// Errors: `LB_STATUS_INVALID_ARGUMENT` (a lease id this driver never
+/// returned), `LB_STATUS_SHUT_DOWN`, `LB_STATUS_NULL_ARGUMENT`.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_driver_forget(driver: *const lb_driver, lease_id: lb_lease_id) -> lb_status {
+    guard(|| {
+        // SAFETY: `driver` is NULL or a live driver (internally synchronized).
+        let d = unsafe { try_ref(driver, "driver") }?;
+        d.with(|driver| {
+            if lease_id == 0 || lease_id > d.max_lease.load(Ordering::SeqCst) {
+                return Err(Fail::invalid(format!(
+                    "unknown lease id {lease_id}: this driver never started it"
+                )));
+            }
+            driver
+                .forget(leasebeat::driver::LeaseHandle(lease_id))
+                .map_err(driver_error)
+        })
+    })
+}
+
 /// The outcome of lb_driver_release() or lb_driver_commit(): a response, or
 /// a transport failure (neither is an error of the call itself).
 #[repr(C)]

@@ -370,6 +370,22 @@ static void test_live(const char *url, const char *tmp) {
     lb_settle_result_free(res);
     lb_settling_free(s);
 
+    /* lb_driver_forget: a running lease is cancelled and dropped; it can no longer
+       be settled (unknown lease); twice is accepted; a settled lease too */
+    lb_lease_id lease_f = 0;
+    EXPECT(lb_driver_start_with(d, cfg, NULL, &lease_f), LB_STATUS_OK);
+    CHECK(ds_wait(&r, &r.reservations, 3));
+    EXPECT(lb_driver_forget(d, lease_f), LB_STATUS_OK);
+    EXPECT(lb_driver_forget(d, lease_f), LB_STATUS_OK);
+    s = NULL;
+    EXPECT(lb_driver_commit_lease(d, lease_f, USAGE_OK, &s), LB_STATUS_INVALID_ARGUMENT);
+    CHECK(s == NULL);
+    EXPECT(lb_driver_release_lease(d, lease_f, NULL, &s), LB_STATUS_INVALID_ARGUMENT);
+    EXPECT(lb_driver_forget(d, lease2), LB_STATUS_OK);
+    EXPECT(lb_driver_forget(d, lease_f + 1000), LB_STATUS_INVALID_ARGUMENT); /* never started */
+    EXPECT(lb_driver_forget(d, 0), LB_STATUS_INVALID_ARGUMENT);
+    EXPECT(lb_driver_forget(NULL, lease_f), LB_STATUS_NULL_ARGUMENT);
+
     /* a reservation held elsewhere, an id with '/' (unknown here: 404, rejected, removed) */
     s = NULL;
     EXPECT(lb_driver_commit_reservation(d, "tenant/a/r-9", 12, USAGE_OK, NULL, &s), LB_STATUS_OK);

@@ -94,7 +94,10 @@
 //!
 //! [`Driver::cancel`] ends one lease (a `cancelled` decision and a
 //! [`Event::Stopped`]); an attempt still in flight for it finishes in the
-//! pool and its outcome is ignored. [`Driver::shutdown`] (or dropping the
+//! pool and its outcome is ignored. A lease that stopped without a
+//! settlement stays known (about 100 B) so that it can still be committed or
+//! released; [`Driver::forget`] drops it (a driver that runs for long and
+//! lets leases stop unsettled calls it). [`Driver::shutdown`] (or dropping the
 //! driver) cancels every lease and joins every thread; it waits at most for
 //! the attempts in flight, each bounded by its budget.
 //!
@@ -696,6 +699,7 @@ impl PendingCreate {
 pub(crate) enum Command {
     Start(LeaseHandle, BaseUrl, Start, Option<Box<timer::LeaseExtra>>),
     Cancel(LeaseHandle),
+    Forget(LeaseHandle),
     Done(timer::Completion),
     HoldSends(bool),
     Settle(Box<timer::SettleRequest>),
@@ -795,7 +799,7 @@ impl Driver {
         let (events_tx, events) = mpsc::channel();
         let agent = http::agent(config.max_workers.max(1));
         let pending: settle::PendingShared = Default::default();
-        settle::pending_lock(&pending).replaying = replay;
+        settle::pending_lock(&pending).replaying = u32::from(replay);
         let next_lease = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
         let mut state = timer::Timer::new(
             config.api_key.clone(),
@@ -973,6 +977,25 @@ impl Driver {
             .map_err(|_| DriverError::ShutDown)
     }
 
+    /// Drops what the driver keeps of a lease after its heartbeat stopped
+    /// without a settlement: its reservation id, server and event body (about
+    /// 100 B), kept so that a stopped lease can still be committed or
+    /// released. A driver that runs for long and lets leases stop unsettled
+    /// (cancelled and abandoned, or settled by another component) calls this
+    /// so that it does not grow. A lease still running is cancelled first
+    /// (its `cancelled` decision and `Stopped` event follow); a lease whose
+    /// settlement is in progress is left alone (the driver drops a lease
+    /// once its settlement ended); an unknown or already forgotten lease is
+    /// accepted and nothing happens. Afterwards [`Driver::commit`] and
+    /// [`Driver::release`] of it fail with [`DriverError::UnknownLease`]:
+    /// forget only a lease whose reservation is settled elsewhere or
+    /// abandoned on purpose (it then holds its budget until it expires).
+    pub fn forget(&self, lease: LeaseHandle) -> Result<(), DriverError> {
+        self.commands
+            .send(Command::Forget(lease))
+            .map_err(|_| DriverError::ShutDown)
+    }
+
     /// Commits the lease's usage through a settlement (ST-1..ST-11): the
     /// record is journaled before the first commit leaves (J-1), the commit
     /// is retried with its one key as the settlement decides (delays,
@@ -1072,10 +1095,17 @@ impl Driver {
                 message: "the driver has no journal".into(),
             });
         }
-        settle::pending_lock(&self.pending).replaying = true;
-        self.commands
-            .send(Command::Replay)
-            .map_err(|_| DriverError::ShutDown)
+        {
+            let mut p = settle::pending_lock(&self.pending);
+            p.replaying = p.replaying.saturating_add(1);
+        }
+        self.commands.send(Command::Replay).map_err(|_| {
+            let mut p = settle::pending_lock(&self.pending);
+            p.replaying = p.replaying.saturating_sub(1);
+            drop(p);
+            self.pending.1.notify_all();
+            DriverError::ShutDown
+        })
     }
 
     /// Waits at most `timeout` until every settlement in progress has ended

@@ -501,7 +501,10 @@ pub struct JournalReport {
 #[derive(Default)]
 pub(crate) struct Pending {
     pub(crate) ids: std::collections::HashMap<LeaseHandle, String>,
-    pub(crate) replaying: bool,
+    /// Replays asked for (at start, [`super::Driver::replay`]) that have not
+    /// handed their settlements over yet: a count, so that the end of one
+    /// does not hide another still queued.
+    pub(crate) replaying: u32,
 }
 
 pub(crate) type PendingShared = Arc<(Mutex<Pending>, Condvar)>;
@@ -515,7 +518,7 @@ pub(crate) fn flush(p: &PendingShared, timeout: Duration) -> FlushReport {
     let until = Instant::now() + timeout;
     let mut st = pending_lock(p);
     loop {
-        if st.ids.is_empty() && !st.replaying {
+        if st.ids.is_empty() && st.replaying == 0 {
             return FlushReport {
                 settled: true,
                 pending: Vec::new(),
@@ -619,5 +622,28 @@ mod tests {
                 pending: vec!["rsv-3".into()]
             }
         );
+    }
+
+    /// Two replays asked for: the end of the first does not let a flush
+    /// return while the second has not handed its settlements over.
+    #[test]
+    fn flush_waits_for_every_replay_asked_for() {
+        let p: PendingShared = Default::default();
+        pending_lock(&p).replaying = 2;
+        assert!(!flush(&p, Duration::ZERO).settled);
+        pending_lock(&p).replaying -= 1;
+        assert!(
+            !flush(&p, Duration::ZERO).settled,
+            "one replay still queued"
+        );
+        let q = Arc::clone(&p);
+        let last = std::thread::spawn(move || {
+            let mut g = pending_lock(&q);
+            g.replaying -= 1;
+            drop(g);
+            q.1.notify_all();
+        });
+        assert!(flush(&p, Duration::from_secs(20)).settled);
+        last.join().unwrap();
     }
 }

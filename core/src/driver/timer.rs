@@ -646,7 +646,7 @@ impl Timer {
         if let Some(setup) = &self.setup {
             let mut p = settle::pending_lock(&setup.pending);
             p.ids.clear();
-            p.replaying = false;
+            p.replaying = 0;
             drop(p);
             setup.pending.1.notify_all();
         }
@@ -679,6 +679,14 @@ impl Timer {
                 }
             }
             Command::Cancel(lease) => self.cancel(lease),
+            Command::Forget(lease) => {
+                // A settlement in progress keeps its lease (its heartbeat runs
+                // until a decision says stop, ST-11); it is dropped at its end.
+                if !self.settles.contains_key(&lease) {
+                    self.cancel(lease);
+                    self.ended.remove(&lease);
+                }
+            }
             Command::Done(c) => {
                 self.outstanding = self.outstanding.saturating_sub(1);
                 if c.settle {
@@ -1843,7 +1851,9 @@ impl Timer {
             report: Box::new(report),
         });
         if let Some(setup) = &self.setup {
-            settle::pending_lock(&setup.pending).replaying = false;
+            let mut p = settle::pending_lock(&setup.pending);
+            p.replaying = p.replaying.saturating_sub(1);
+            drop(p);
             setup.pending.1.notify_all();
         }
     }
