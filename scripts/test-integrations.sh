@@ -9,6 +9,11 @@
 # failure or a build error).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The SDKs and leasebeat's runners journal settlements by default under
+# ~/.runcycles/commit-journal: the suites get a scratch directory instead.
+CYCLES_JOURNAL_DIR="$(mktemp -d "${TMPDIR:-/tmp}/leasebeat-integrations-journal.XXXXXX")"
+export CYCLES_JOURNAL_DIR
+trap 'rm -rf "$CYCLES_JOURNAL_DIR"' EXIT
 
 total_passed=0
 total_failed=0

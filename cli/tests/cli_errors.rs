@@ -64,9 +64,12 @@ impl Drop for Serve {
 }
 
 fn leasebeat(args: &[&str]) -> Output {
+    // `leasebeat run` journals by default: never under the tester's home.
+    let journal = tempfile::tempdir().expect("a temporary directory");
     Command::new(env!("CARGO_BIN_EXE_leasebeat"))
         .args(args)
         .env("LEASEBEAT_API_KEY", KEY)
+        .env("CYCLES_JOURNAL_DIR", journal.path())
         .env_remove("NO_COLOR")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())

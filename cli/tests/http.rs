@@ -839,8 +839,11 @@ fn an_unattended_lease_is_reported_as_a_lapse() {
 #[test]
 fn run_command_heartbeats_until_interrupted_then_releases() {
     let serve = Serve::start(&["--max-lead-ms", "4000"]);
+    // `leasebeat run` journals by default: never under the tester's home.
+    let journal = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_leasebeat"))
         .args(["run", "--url", &serve.url, "--ttl-ms", "4000", "--timeout-ms", "400"])
+        .env("CYCLES_JOURNAL_DIR", journal.path())
         .args(["--create", r#"{"subject":{"tenant":"t"},"action":{"kind":"k","name":"n"},"estimate":{"unit":"TOKENS","amount":1}}"#])
         .env("LEASEBEAT_API_KEY", KEY)
         .stdout(Stdio::piped())

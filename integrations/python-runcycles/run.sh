@@ -73,7 +73,8 @@ if [ "${RUNCYCLES_BASELINE:-0}" = 1 ]; then
   cp -r "$SDK" "$WORK/baseline"
   "$PY" -m venv "$WORK/venv-base"
   (cd "$WORK/baseline" && "$WORK/venv-base/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]')
-  (cd "$WORK/baseline" && "$WORK/venv-base/bin/python" -m pytest -p no:cacheprovider -q \
+  mkdir -p "$WORK/home"
+  (cd "$WORK/baseline" && HOME="$WORK/home" "$WORK/venv-base/bin/python" -m pytest -p no:cacheprovider -q \
     --ignore=tests/integration) >"$WORK/baseline.out" 2>&1 || true
   tail -1 "$WORK/baseline.out"
   read -r bp bf < <(count "$WORK/baseline.out")
@@ -93,8 +94,12 @@ echo "==> python-runcycles: install leasebeat + patched runcycles[dev]"
 "$VPY" -m pip install -q --disable-pip-version-check "$WORK"/wheels/leasebeat-*.whl
 (cd "$SDK" && "$VPY" -m pip install -q --disable-pip-version-check -e '.[dev]')
 
+# The SDK journals to Path.home()/.runcycles when a test builds its config without a
+# journal directory (CYCLES_JOURNAL_DIR is read only by CyclesConfig.from_env): the suites
+# run with a scratch HOME so that nothing lands in the tester's home.
+mkdir -p "$WORK/home"
 echo "==> python-runcycles: the SDK's own suite (pytest --ignore=tests/integration)"
-(cd "$SDK" && "$VPY" -m pytest -p no:cacheprovider -q -rf --ignore=tests/integration) >"$WORK/sdk.out" 2>&1 || true
+(cd "$SDK" && HOME="$WORK/home" "$VPY" -m pytest -p no:cacheprovider -q -rf --ignore=tests/integration) >"$WORK/sdk.out" 2>&1 || true
 # Each failure, marked expected when README.md lists it (with its contract rule and vector).
 grep -oE 'tests/test_[a-z_]+\.py::[A-Za-z_]+::[a-z_0-9]+' "$HERE/README.md" | sort -u >"$WORK/expected.txt"
 grep -E '^FAILED|^ERROR' "$WORK/sdk.out" | while IFS= read -r l; do
@@ -109,7 +114,7 @@ tail -1 "$WORK/sdk.out"
 read -r sp sf < <(count "$WORK/sdk.out")
 
 echo "==> python-runcycles: public API against leasebeat serve (tests/test_serve.py)"
-(cd "$SDK" && "$VPY" -m pytest -p no:cacheprovider -q -rf --rootdir "$HERE/tests" \
+(cd "$SDK" && HOME="$WORK/home" "$VPY" -m pytest -p no:cacheprovider -q -rf --rootdir "$HERE/tests" \
   "$HERE/tests/test_serve.py") >"$WORK/serve.out" 2>&1 || true
 grep -E '^FAILED|^ERROR' "$WORK/serve.out" || true
 tail -1 "$WORK/serve.out"
