@@ -733,6 +733,15 @@ pub extern "C" fn lb_driver_start_for_reservation(
 /// returned), `LB_STATUS_SHUT_DOWN`, `LB_STATUS_NULL_ARGUMENT`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_driver_cancel(driver: *const lb_driver, lease_id: lb_lease_id) -> lb_status {
+    on_lease(driver, lease_id, Driver::cancel)
+}
+
+/// Runs `op` on lease `lease_id` of `driver`, refusing an id the driver never returned.
+fn on_lease(
+    driver: *const lb_driver,
+    lease_id: lb_lease_id,
+    op: fn(&Driver, leasebeat::driver::LeaseHandle) -> Result<(), leasebeat::driver::DriverError>,
+) -> lb_status {
     guard(|| {
         // SAFETY: `driver` is NULL or a live driver (internally synchronized).
         let d = unsafe { try_ref(driver, "driver") }?;
@@ -742,9 +751,7 @@ pub extern "C" fn lb_driver_cancel(driver: *const lb_driver, lease_id: lb_lease_
                     "unknown lease id {lease_id}: this driver never started it"
                 )));
             }
-            driver
-                .cancel(leasebeat::driver::LeaseHandle(lease_id))
-                .map_err(driver_error)
+            op(driver, leasebeat::driver::LeaseHandle(lease_id)).map_err(driver_error)
         })
     })
 }
@@ -767,20 +774,7 @@ pub extern "C" fn lb_driver_cancel(driver: *const lb_driver, lease_id: lb_lease_
 /// returned), `LB_STATUS_SHUT_DOWN`, `LB_STATUS_NULL_ARGUMENT`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_driver_forget(driver: *const lb_driver, lease_id: lb_lease_id) -> lb_status {
-    guard(|| {
-        // SAFETY: `driver` is NULL or a live driver (internally synchronized).
-        let d = unsafe { try_ref(driver, "driver") }?;
-        d.with(|driver| {
-            if lease_id == 0 || lease_id > d.max_lease.load(Ordering::SeqCst) {
-                return Err(Fail::invalid(format!(
-                    "unknown lease id {lease_id}: this driver never started it"
-                )));
-            }
-            driver
-                .forget(leasebeat::driver::LeaseHandle(lease_id))
-                .map_err(driver_error)
-        })
-    })
+    on_lease(driver, lease_id, Driver::forget)
 }
 
 /// The outcome of lb_driver_release() or lb_driver_commit(): a response, or
