@@ -71,7 +71,12 @@ echo "rust-runcycles: SDK source: runcycles $VERSION from $CRATE_FILE"
 # "N M" (passed, failed) summed over every test binary and the doc-tests.
 run_suite() {
     local dir="$1" log="$2"
-    (cd "$dir" && CARGO_TARGET_DIR="$SDK_TARGET" cargo test --all-features --no-fail-fast) \
+    # The SDK journals under $USERPROFILE (else $HOME)/.runcycles when a test builds its
+    # config without a journal directory (CYCLES_JOURNAL_DIR is read only by
+    # CyclesConfig::from_env): USERPROFILE points at a scratch home, which cargo and
+    # rustup ignore on Linux, so that nothing lands in the tester's home.
+    mkdir -p "$WORK/home"
+    (cd "$dir" && USERPROFILE="$WORK/home" CARGO_TARGET_DIR="$SDK_TARGET" cargo test --all-features --no-fail-fast) \
         >"$log" 2>&1 || true
     if ! grep -q '^test result:' "$log"; then
         tail -n 40 "$log" >&2
